@@ -1,0 +1,23 @@
+"""convops: fast convolution custom ops for PyTorch (torch.ops.convops.*) and the torch.compile backend
+"convops" that substitutes them into user models."""
+from ._extension import has_cuda_kernels, has_ops, require_ops
+from .ops import (
+    conv2d_group_norm_scale_max_pool_clamp,
+    conv_transpose2d,
+    conv_transpose3d,
+    depthwise_conv2d,
+    depthwise_separable_conv2d,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "conv2d_group_norm_scale_max_pool_clamp",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "depthwise_conv2d",
+    "depthwise_separable_conv2d",
+    "has_cuda_kernels",
+    "has_ops",
+    "require_ops",
+]

@@ -1,0 +1,93 @@
+// Argument validation and shape arithmetic shared by every convops op, on every device.
+//
+// Every user-facing error starts with the op's qualified name ("convops::depthwise_conv2d: ...") so a user
+// who sees it inside a compiled model knows which substitution it came from.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/util/irange.h>
+
+#include <string>
+#include <vector>
+
+namespace convops {
+
+#define CONVOPS_CHECK(op, cond, ...) TORCH_CHECK((cond), op, ": ", __VA_ARGS__)
+
+// A strided, dense, floating tensor that kernels can read through data_ptr and strides.
+inline void check_float_tensor(const char* op, const char* name, const at::Tensor& t) {
+  CONVOPS_CHECK(op, t.defined(), name, " is undefined");
+  CONVOPS_CHECK(op, t.layout() == at::kStrided, name, " must be a dense (strided) tensor, got layout ", t.layout());
+  CONVOPS_CHECK(op, !t.is_complex() && at::isFloatingType(t.scalar_type()),
+                name, " must be float64, float32, float16 or bfloat16, got ", t.scalar_type());
+  CONVOPS_CHECK(op, t.scalar_type() == at::kDouble || t.scalar_type() == at::kFloat || t.scalar_type() == at::kHalf ||
+                    t.scalar_type() == at::kBFloat16,
+                name, " must be float64, float32, float16 or bfloat16, got ", t.scalar_type());
+}
+
+inline void check_rank(const char* op, const char* name, const at::Tensor& t, int64_t rank, const char* layout) {
+  CONVOPS_CHECK(op, t.dim() == rank, "expected ", name, " to be ", rank, "-D ", layout, ", got a ", t.dim(),
+                "-D tensor of shape ", t.sizes());
+}
+
+// `other` must live on input's device and have input's dtype (ATen's convolutions require the same).
+inline void check_like_input(const char* op, const char* name, const at::Tensor& other, const at::Tensor& input) {
+  check_float_tensor(op, name, other);
+  CONVOPS_CHECK(op, other.device() == input.device(), name, " is on ", other.device(), " but input is on ",
+                input.device());
+  CONVOPS_CHECK(op, other.scalar_type() == input.scalar_type(), name, " has dtype ", other.scalar_type(),
+                " but input has dtype ", input.scalar_type());
+}
+
+inline void check_optional_like_input(const char* op, const char* name, const std::optional<at::Tensor>& other,
+                                      const at::Tensor& input, int64_t expected_numel) {
+  if (!other.has_value() || !other->defined()) return;
+  check_like_input(op, name, *other, input);
+  CONVOPS_CHECK(op, other->dim() == 1 && other->size(0) == expected_numel, "expected ", name, " of shape (",
+                expected_numel, "), got ", other->sizes());
+}
+
+// One value per spatial dimension, each >= min_value.
+inline void check_param(const char* op, const char* name, at::IntArrayRef values, int64_t spatial_dims,
+                        int64_t min_value) {
+  CONVOPS_CHECK(op, static_cast<int64_t>(values.size()) == spatial_dims, name, " must have ", spatial_dims,
+                " values, got ", values);
+  for (const auto v : values) {
+    CONVOPS_CHECK(op, v >= min_value, name, " must be ", min_value == 0 ? "non-negative" : "positive", ", got ",
+                  values);
+  }
+}
+
+// Output extent of a convolution along one dimension.
+inline int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation) {
+  return (in + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1;
+}
+
+// Output extent of a transposed convolution along one dimension.
+inline int64_t conv_transpose_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding,
+                                          int64_t output_padding, int64_t dilation) {
+  return (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1;
+}
+
+// The floor division (in + 2p - d(k-1) - 1) / s must not go below zero: C++ rounds toward zero, so a window
+// larger than the padded input would otherwise report one output element.
+inline std::vector<int64_t> conv_output_sizes(const char* op, at::IntArrayRef in, at::IntArrayRef kernel,
+                                              at::IntArrayRef stride, at::IntArrayRef padding,
+                                              at::IntArrayRef dilation) {
+  std::vector<int64_t> out(in.size());
+  for (const auto i : c10::irange(in.size())) {
+    const int64_t span = dilation[i] * (kernel[i] - 1) + 1;
+    CONVOPS_CHECK(op, in[i] + 2 * padding[i] >= span, "the padded input (", in, " + 2 * ", padding,
+                  ") is smaller than the dilated kernel (", kernel, ", dilation ", dilation, ")");
+    out[i] = conv_output_size(in[i], kernel[i], stride[i], padding[i], dilation[i]);
+  }
+  return out;
+}
+
+// Outputs come back dense in the input's memory format: channels_last(_3d) inputs give channels_last(_3d)
+// outputs, anything else gives a contiguous output. The fake implementations in convops/ops/ say the same.
+inline at::Tensor empty_output(const at::Tensor& input, at::IntArrayRef sizes) {
+  return at::empty(sizes, input.options().memory_format(input.suggest_memory_format()));
+}
+
+}  // namespace convops

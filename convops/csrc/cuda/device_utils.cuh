@@ -1,0 +1,63 @@
+// Device-side building blocks shared by the convops CUDA kernels: TF32 rounding, warp-level tensor-core MMA,
+// and small integer helpers. Kernels include this instead of writing their own inline PTX.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <cstdint>
+
+namespace convops {
+namespace cuda {
+
+template <typename T>
+__host__ __device__ __forceinline__ T ceil_div(T a, T b) {
+  return (a + b - 1) / b;
+}
+
+// fp32 -> tf32 with round-to-nearest (ties away), as cuDNN rounds TF32 operands. The result is an fp32 bit pattern
+// whose low 13 mantissa bits are zero, usable both as an MMA operand and in ordinary fp32 arithmetic.
+__device__ __forceinline__ uint32_t tf32_bits(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+__device__ __forceinline__ float round_tf32(float x) {
+  return __uint_as_float(tf32_bits(x));
+}
+
+// D += A * B on one warp, m16n8k8, TF32 operands, fp32 accumulators (PTX ISA "mma.sync ... .tf32").
+// Fragment layouts (g = lane / 4, t = lane % 4):
+//   a[0]=(g, t) a[1]=(g+8, t) a[2]=(g, t+4) a[3]=(g+8, t+4)   -- A is 16x8, row-major (row, k)
+//   b[0]=(k=t, n=g) b[1]=(k=t+4, n=g)                          -- B is 8x8 (k, n)
+//   d[0]=(g, 2t) d[1]=(g, 2t+1) d[2]=(g+8, 2t) d[3]=(g+8, 2t+1)
+__device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// D += A * B on one warp, m16n8k16, bf16 or fp16 operands packed two per register, fp32 accumulators.
+// Fragment layouts (g = lane / 4, t = lane % 4), each register holding two consecutive k:
+//   a[0]=(g, 2t..2t+1) a[1]=(g+8, 2t..) a[2]=(g, 2t+8..) a[3]=(g+8, 2t+8..)
+//   b[0]=(k=2t..2t+1, n=g) b[1]=(k=2t+8.., n=g)
+//   d as for m16n8k8.
+__device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void mma_m16n8k16_f16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+}  // namespace cuda
+}  // namespace convops

@@ -1,0 +1,67 @@
+"""Build convops._C: a CUDA extension when CUDA is usable (or FORCE_CUDA=1), otherwise CPU only.
+
+Environment:
+  FORCE_CUDA=1      build the CUDA kernels even where no GPU is visible (CUDA toolkit required)
+  FORCE_CPU=1       build the CPU kernels only, even where CUDA is usable
+  CONVOPS_OPS=a,b   build only the op families whose files start with these names (for quick kernel work on the
+                    GPU machine; a normal build takes every op)
+  DEBUG=1           -O0 -g instead of release flags
+  TORCH_CUDA_ARCH_LIST, MAX_JOBS   respected as by torch.utils.cpp_extension
+"""
+import glob
+import os
+
+import torch
+from setuptools import find_packages, setup
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+CSRC = os.path.join("convops", "csrc")
+
+
+def _flag(name: str) -> bool:
+    return os.getenv(name, "0") == "1"
+
+
+def _use_cuda() -> bool:
+    if _flag("FORCE_CPU"):
+        return False
+    if _flag("FORCE_CUDA"):
+        return True
+    return torch.cuda.is_available() and CUDA_HOME is not None
+
+
+def _selected(paths):
+    only = [p for p in os.getenv("CONVOPS_OPS", "").split(",") if p]
+    if not only:
+        return paths
+    return [p for p in paths if os.path.basename(p) == "convops.cpp" or os.path.basename(p).startswith(tuple(only))]
+
+
+def _extension():
+    debug = _flag("DEBUG")
+    opt = ["-O0", "-g"] if debug else ["-O3", "-DNDEBUG"]
+    cxx = opt
+    sources = _selected(sorted(glob.glob(os.path.join(CSRC, "*.cpp")) + glob.glob(os.path.join(CSRC, "cpu", "*.cpp"))))
+    if not _use_cuda():
+        return CppExtension("convops._C", sources, include_dirs=[os.path.join(ROOT, CSRC)],
+                            extra_compile_args={"cxx": cxx})
+    sources += _selected(sorted(glob.glob(os.path.join(CSRC, "cuda", "*.cu"))))
+    nvcc = opt + ["--expt-relaxed-constexpr", "-lineinfo", "-Xptxas=-warn-spills"]
+    nvcc += [f for f in os.getenv("NVCC_FLAGS", "").split() if f]
+    return CUDAExtension("convops._C", sources, include_dirs=[os.path.join(ROOT, CSRC)],
+                         define_macros=[("CONVOPS_WITH_CUDA", None)],
+                         extra_compile_args={"cxx": cxx + ["-DCONVOPS_WITH_CUDA"], "nvcc": nvcc})
+
+
+setup(
+    name="convops",
+    version="0.1.0",
+    description="Fast convolution custom ops for PyTorch and a torch.compile backend that uses them",
+    packages=find_packages(include=["convops", "convops.*"]),
+    ext_modules=[_extension()],
+    cmdclass={"build_ext": BuildExtension},
+    python_requires=">=3.10",
+    install_requires=["torch>=2.11"],
+    entry_points={"torch_dynamo_backends": ["convops = convops.backend:convops_backend"]},
+)
