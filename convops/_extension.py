@@ -39,4 +39,5 @@ def require_ops() -> None:
 
 def has_cuda_kernels(op: str = "depthwise_conv2d") -> bool:
     """True when the library was built with its CUDA kernels (setup.py builds them where CUDA is usable)."""
-    return has_ops() and torch._C._dispatch_has_kernel_for_dispatch_key(f"convops::{op}", "CUDA")
+    return (has_ops() and hasattr(torch.ops.convops, op)
+            and torch._C._dispatch_has_kernel_for_dispatch_key(f"convops::{op}", "CUDA"))
