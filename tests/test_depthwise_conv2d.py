@@ -1,0 +1,185 @@
+"""convops::depthwise_conv2d against F.conv2d(..., groups=C_in) in float64."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import convops
+from common_utils import (DEVICES, DTYPES, LAYOUTS, allow_tf32, assert_close, assert_output_layout, make_tensor,
+                          opcheck, poison_allocator, reference)
+
+OP = torch.ops.convops.depthwise_conv2d.default
+
+# (batch, C_in, multiplier, H, W, kernel, stride, padding, dilation, bias): a deterministic sample of the
+# parameter grid (kernels 1-7 square and not, strides 1-3, paddings, dilations, multipliers, odd sizes, batch 0/1/3).
+CASES = [
+    (2, 4, 1, 16, 16, (3, 3), (1, 1), (1, 1), (1, 1), True),
+    (1, 3, 1, 17, 13, (3, 3), (1, 1), (0, 0), (1, 1), False),
+    (3, 2, 2, 15, 19, (3, 3), (2, 2), (1, 1), (1, 1), True),
+    (1, 5, 1, 40, 150, (3, 3), (1, 1), (1, 1), (1, 1), True),   # several tiles in both directions
+    (2, 3, 1, 21, 23, (5, 5), (1, 1), (2, 2), (1, 1), True),
+    (1, 2, 3, 18, 14, (5, 5), (1, 1), (0, 1), (1, 1), False),
+    (2, 4, 1, 13, 11, (1, 1), (1, 1), (0, 0), (1, 1), True),
+    (1, 3, 2, 20, 20, (7, 7), (1, 1), (3, 3), (1, 1), True),
+    (1, 2, 1, 19, 25, (7, 7), (3, 3), (2, 1), (1, 1), False),
+    (3, 2, 1, 12, 16, (2, 4), (1, 2), (1, 0), (1, 1), True),
+    (1, 4, 1, 25, 17, (3, 5), (2, 1), (2, 1), (2, 3), True),
+    (2, 3, 2, 16, 31, (1, 3), (3, 2), (0, 1), (1, 2), False),
+    (1, 2, 1, 30, 30, (3, 3), (1, 1), (2, 2), (2, 2), True),
+    (1, 3, 1, 9, 9, (6, 2), (1, 1), (0, 0), (1, 1), True),
+    (2, 2, 1, 33, 35, (3, 3), (3, 3), (0, 0), (3, 3), True),
+    (1, 1, 4, 8, 70, (4, 4), (2, 3), (3, 2), (1, 1), False),
+]
+
+# Each case runs in one dtype and one layout, rotating through both lists so the sample covers every pairing.
+SAMPLED = [(case, DTYPES[i % len(DTYPES)], LAYOUTS[(i // len(DTYPES)) % len(LAYOUTS)])
+           for i, case in enumerate(CASES)]
+
+
+def make_problem(case, dtype, device, layout="contiguous", requires_grad=False):
+    n, c, m, h, w, kernel, stride, padding, dilation, has_bias = case
+    x = make_tensor((n, c, h, w), dtype, device, layout, requires_grad=requires_grad)
+    weight = make_tensor((m * c, 1, *kernel), dtype, device, requires_grad=requires_grad)
+    bias = make_tensor((m * c,), dtype, device, requires_grad=requires_grad) if has_bias else None
+    return x, weight, bias, list(stride), list(padding), list(dilation)
+
+
+def torch_depthwise(x, weight, bias, stride, padding, dilation):
+    return F.conv2d(x, weight, bias, stride, padding, dilation, groups=x.shape[1])
+
+
+def output_nbytes(x, weight, stride, padding, dilation):
+    hw = [(x.shape[2 + i] + 2 * padding[i] - dilation[i] * (weight.shape[2 + i] - 1) - 1) // stride[i] + 1
+          for i in range(2)]
+    return x.shape[0] * weight.shape[0] * hw[0] * hw[1] * x.element_size()
+
+
+def check_against_reference(case, dtype, device, layout):
+    args = make_problem(case, dtype, device, layout)
+    poison_allocator(device, output_nbytes(*args[:2], *args[3:]))
+    out = convops.depthwise_conv2d(*args)
+    # The kernels never use TF32 for the depthwise stage (no tensor cores), so fp32 is compared strictly.
+    assert_close(out, reference(torch_depthwise, *args))
+    assert out.dtype == dtype and out.shape == torch_depthwise(*args).shape
+    assert_output_layout(out, args[0])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case,dtype,layout", SAMPLED)
+def test_matches_reference(device, case, dtype, layout):
+    check_against_reference(case, dtype, device, layout)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [*DTYPES, torch.float64])
+def test_every_dtype_and_layout(device, dtype, layout):
+    check_against_reference(CASES[2], dtype, device, layout)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("tf32", [True, False])
+@pytest.mark.parametrize("case", CASES[:6] + CASES[9:12], ids=lambda c: "x".join(map(str, c[3:6])))
+def test_cuda_fp32_both_precision_modes(case, tf32):
+    with allow_tf32(tf32):
+        check_against_reference(case, torch.float32, "cuda", "contiguous")
+
+
+@pytest.mark.cuda
+def test_cuda_seed_like_shape_matches_eager_bitwise_order():
+    """The fp32 kernel accumulates in ATen's order, so it agrees with eager (NCHW) to the last bits."""
+    x = make_tensor((2, 8, 130, 258), torch.float32, "cuda")
+    weight = make_tensor((8, 1, 3, 3), torch.float32, "cuda")
+    bias = make_tensor((8,), torch.float32, "cuda")
+    torch.testing.assert_close(convops.depthwise_conv2d(x, weight, bias, 1, 1, 1),
+                               F.conv2d(x, weight, bias, 1, 1, 1, groups=8), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.cuda
+def test_cuda_huge_dilation_uses_fallback():
+    """An input rectangle too large for shared memory takes the direct kernel."""
+    case = (1, 2, 1, 300, 700, (9, 9), (3, 3), (4, 4), (32, 70), True)
+    check_against_reference(case, torch.float32, "cuda", "contiguous")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_batch(device):
+    x, weight, bias, *params = make_problem(CASES[0], torch.float32, device)
+    out = convops.depthwise_conv2d(x[:0], weight, bias, *params)
+    assert out.shape == (0, *torch_depthwise(x, weight, bias, *params).shape[1:])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_int_arguments_broadcast(device):
+    x, weight, bias, *_ = make_problem(CASES[0], torch.float32, device)
+    assert_close(convops.depthwise_conv2d(x, weight, bias, 2, 1, 1),
+                 reference(torch_depthwise, x, weight, bias, [2, 2], [1, 1], [1, 1]))
+
+
+def bad_inputs(device):
+    x = make_tensor((2, 4, 10, 10), torch.float32, device)
+    w = make_tensor((8, 1, 3, 3), torch.float32, device)
+    b = make_tensor((8,), torch.float32, device)
+    ok = dict(stride=[1, 1], padding=[0, 0], dilation=[1, 1])
+    return {
+        "input rank": ((x[0], w, b), ok),
+        "weight rank": ((x, w[:, 0], b), ok),
+        "weight in-channels": ((x, make_tensor((8, 2, 3, 3), torch.float32, device), b), ok),
+        "weight multiple": ((x, make_tensor((6, 1, 3, 3), torch.float32, device), None), ok),
+        "bias shape": ((x, w, b[:5]), ok),
+        "weight dtype": ((x, w.double(), b), ok),
+        "bias dtype": ((x, w, b.half()), ok),
+        "integer input": ((x.int(), w.int(), None), ok),
+        "zero stride": ((x, w, b), dict(ok, stride=[0, 1])),
+        "negative padding": ((x, w, b), dict(ok, padding=[-1, 0])),
+        "zero dilation": ((x, w, b), dict(ok, dilation=[1, 0])),
+        "three strides": ((x, w, b), dict(ok, stride=[1, 1, 1])),
+        "kernel larger than input": ((x, make_tensor((8, 1, 11, 3), torch.float32, device), b), ok),
+        "dilated kernel larger than input": ((x, w, b), dict(ok, dilation=[5, 1])),
+    }
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("problem", list(bad_inputs("cpu")))
+def test_errors(device, problem):
+    tensors, params = bad_inputs(device)[problem]
+    with pytest.raises(RuntimeError, match="convops::depthwise_conv2d"):
+        OP(*tensors, params["stride"], params["padding"], params["dilation"])
+
+
+@pytest.mark.cuda
+def test_error_device_mismatch():
+    x, weight, bias, *params = make_problem(CASES[0], torch.float32, "cuda")
+    with pytest.raises(RuntimeError, match="convops::depthwise_conv2d"):
+        OP(x, weight.cpu(), bias, *params)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("case", [CASES[10]])
+def test_opcheck(device, case, requires_grad):
+    opcheck(OP, make_problem(case, torch.float32, device, requires_grad=requires_grad))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", [(2, 2, 2, 6, 7, (3, 2), (2, 1), (1, 0), (1, 2), True),
+                                  (1, 3, 1, 5, 5, (3, 3), (1, 1), (1, 1), (1, 1), False)])
+def test_gradcheck(device, case):
+    args = make_problem(case, torch.float64, device, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w, *b: OP(x, w, b[0] if b else None, *args[3:]),
+                                    [t for t in args[:3] if t is not None], fast_mode=True)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", [CASES[0], CASES[5], CASES[10]])
+def test_cuda_gradients_match_aten(case):
+    with allow_tf32(False):
+        ours = make_problem(case, torch.float32, "cuda", "channels_last", requires_grad=True)
+        theirs = [t.detach().clone().requires_grad_() if isinstance(t, torch.Tensor) else t for t in ours]
+        grad = torch.randn_like(torch_depthwise(*theirs))
+        convops.depthwise_conv2d(*ours).backward(grad)
+        torch_depthwise(*theirs).backward(grad)
+        for a, b in zip(ours[:3], theirs[:3]):
+            if a is not None:
+                torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-4)

@@ -1,0 +1,228 @@
+"""convops::depthwise_separable_conv2d against the ATen pair F.conv2d(F.conv2d(x, dw, groups=C_in), pw)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import convops
+from common_utils import (DEVICES, DTYPES, LAYOUTS, allow_tf32, assert_close, assert_output_layout, make_tensor,
+                          opcheck, poison_allocator, round_tf32, tf32_active)
+
+OP = torch.ops.convops.depthwise_separable_conv2d.default
+
+# (batch, C_in, multiplier, C_out, H, W, kernel, stride, padding, dilation, depthwise bias, pointwise bias)
+CASES = [
+    (2, 8, 1, 16, 16, 16, (3, 3), (1, 1), (1, 1), (1, 1), True, True),
+    (1, 3, 1, 5, 17, 13, (3, 3), (1, 1), (0, 0), (1, 1), False, False),
+    (3, 4, 2, 12, 15, 19, (3, 3), (2, 2), (1, 1), (1, 1), True, False),
+    (1, 20, 1, 130, 9, 70, (3, 3), (1, 1), (1, 1), (1, 1), False, True),   # two C_mid chunks, two C_out tiles
+    (2, 3, 1, 7, 21, 23, (5, 5), (1, 1), (2, 2), (1, 1), True, True),
+    (1, 2, 3, 4, 18, 14, (5, 5), (1, 1), (0, 1), (1, 1), False, True),
+    (2, 6, 1, 9, 13, 11, (1, 1), (1, 1), (0, 0), (1, 1), True, True),
+    (1, 3, 2, 8, 20, 20, (7, 7), (1, 1), (3, 3), (1, 1), True, False),
+    (1, 5, 1, 3, 19, 25, (7, 7), (3, 3), (2, 1), (1, 1), True, True),
+    (3, 2, 1, 6, 12, 16, (2, 4), (1, 2), (1, 0), (1, 1), False, True),
+    (1, 4, 1, 33, 25, 17, (3, 5), (2, 1), (2, 1), (2, 3), True, True),
+    (2, 3, 2, 1, 16, 31, (1, 3), (3, 2), (0, 1), (1, 2), True, False),
+    (1, 17, 1, 20, 30, 30, (3, 3), (1, 1), (2, 2), (2, 2), True, True),
+    (1, 1, 4, 64, 8, 70, (4, 4), (2, 3), (3, 2), (1, 1), False, False),
+]
+
+SAMPLED = [(case, DTYPES[i % len(DTYPES)], LAYOUTS[(i // len(DTYPES)) % len(LAYOUTS)])
+           for i, case in enumerate(CASES)]
+
+
+def make_problem(case, dtype, device, layout="contiguous", requires_grad=False):
+    n, c, m, c_out, h, w, kernel, stride, padding, dilation, has_dw_bias, has_pw_bias = case
+    x = make_tensor((n, c, h, w), dtype, device, layout, requires_grad=requires_grad)
+    dw = make_tensor((m * c, 1, *kernel), dtype, device, requires_grad=requires_grad)
+    dw_bias = make_tensor((m * c,), dtype, device, requires_grad=requires_grad) if has_dw_bias else None
+    pw = make_tensor((c_out, m * c, 1, 1), dtype, device, requires_grad=requires_grad)
+    pw_bias = make_tensor((c_out,), dtype, device, requires_grad=requires_grad) if has_pw_bias else None
+    return x, dw, dw_bias, pw, pw_bias, list(stride), list(padding), list(dilation)
+
+
+def torch_separable(x, dw, dw_bias, pw, pw_bias, stride, padding, dilation):
+    return F.conv2d(F.conv2d(x, dw, dw_bias, stride, padding, dilation, groups=x.shape[1]), pw, pw_bias)
+
+
+def separable_reference(x, dw, dw_bias, pw, pw_bias, stride, padding, dilation):
+    """The unfused pair in float64, with the intermediate rounded as ATen stores and cuDNN reads it: to the input
+    dtype, and for fp32 under TF32 to TF32 (with the pointwise weight). Under TF32 the intermediate is eager's own
+    fp32 depthwise result (the kernel reproduces its accumulation order), so a value that sits on a TF32 rounding
+    tie rounds the same way in both."""
+    def f64(t):
+        return None if t is None else t.detach().cpu().double()
+    if tf32_active(x):
+        with allow_tf32(False):
+            mid = F.conv2d(x.detach().contiguous(), dw.detach(), None if dw_bias is None else dw_bias.detach(),
+                           stride, padding, dilation, groups=x.shape[1])
+        mid, pw = round_tf32(mid), round_tf32(pw.detach())
+    else:
+        mid = F.conv2d(f64(x), f64(dw), f64(dw_bias), stride, padding, dilation, groups=x.shape[1]).to(x.dtype)
+    return F.conv2d(f64(mid), f64(pw), f64(pw_bias))
+
+
+# Channels-last inputs, fp64 and rectangles too large for shared memory run the two stages unfused, the pointwise
+# one through cuDNN. Under TF32 cuDNN picks its own algorithm and operand rounding, which the RN-rounded reference
+# does not reproduce exactly (seen up to 3e-3 on values of order 1), so those paths get a TF32-level tolerance; the
+# fused kernel is held to the fp32 tolerance against the same reference.
+CUDNN_TF32_TOLERANCE = dict(atol=1e-2, rtol=1e-2)
+
+
+def takes_cudnn_pointwise(x: torch.Tensor, unfused: bool = False) -> bool:
+    return tf32_active(x) and (unfused or (x.stride(1) == 1 and x.shape[1] > 1))
+
+
+def check_against_reference(case, dtype, device, layout, unfused=False):
+    args = make_problem(case, dtype, device, layout)
+    expected = separable_reference(*args)
+    poison_allocator(device, expected.numel() * args[0].element_size())
+    out = convops.depthwise_separable_conv2d(*args)
+    assert out.dtype == dtype and out.shape == expected.shape
+    assert_close(out, expected, **(CUDNN_TF32_TOLERANCE if takes_cudnn_pointwise(args[0], unfused) else {}))
+    assert_output_layout(out, args[0])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case,dtype,layout", SAMPLED)
+def test_matches_reference(device, case, dtype, layout):
+    check_against_reference(case, dtype, device, layout)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [*DTYPES, torch.float64])
+def test_every_dtype_and_layout(device, dtype, layout):
+    check_against_reference(CASES[2], dtype, device, layout)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("tf32", [True, False])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:6])))
+def test_cuda_fp32_both_precision_modes(case, layout, tf32):
+    with allow_tf32(tf32):
+        check_against_reference(case, torch.float32, "cuda", layout)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:6])))
+def test_cuda_half_precision(case, dtype):
+    check_against_reference(case, dtype, "cuda", "contiguous")
+
+
+@pytest.mark.cuda
+def test_cuda_tf32_matches_eager_on_seed_like_problem():
+    """Under PyTorch's default flags (TF32 allowed for convolutions) the fused kernel agrees with eager within
+    KernelBench's fp32 tolerance on the seed's configuration (torch.rand inputs, 3x3 pad 1, 64 -> 128, 512x512)."""
+    with allow_tf32(True):
+        x = torch.rand(1, 64, 512, 512, device="cuda")
+        dw, pw = torch.rand(64, 1, 3, 3, device="cuda"), torch.rand(128, 64, 1, 1, device="cuda")
+        args = (x, dw, None, pw, None, [1, 1], [1, 1], [1, 1])
+        torch.testing.assert_close(convops.depthwise_separable_conv2d(*args), torch_separable(*args),
+                                   atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("tf32", [False, True])
+def test_cuda_huge_dilation_uses_unfused_fallback(tf32):
+    case = (1, 2, 1, 3, 170, 900, (9, 9), (1, 1), (0, 0), (20, 110), True, True)
+    with allow_tf32(tf32):
+        check_against_reference(case, torch.float32, "cuda", "contiguous", unfused=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_batch(device):
+    args = make_problem(CASES[0], torch.float32, device)
+    out = convops.depthwise_separable_conv2d(args[0][:0], *args[1:])
+    assert out.shape == (0, *torch_separable(*args).shape[1:])
+
+
+def bad_inputs(device):
+    x = make_tensor((2, 4, 10, 10), torch.float32, device)
+    dw = make_tensor((8, 1, 3, 3), torch.float32, device)
+    db = make_tensor((8,), torch.float32, device)
+    pw = make_tensor((5, 8, 1, 1), torch.float32, device)
+    pb = make_tensor((5,), torch.float32, device)
+    ok = [[1, 1], [0, 0], [1, 1]]
+    return {
+        "input rank": ((x[0], dw, db, pw, pb), ok),
+        "depthwise in-channels": ((x, make_tensor((8, 2, 3, 3), torch.float32, device), db, pw, pb), ok),
+        "depthwise multiple": ((x, make_tensor((6, 1, 3, 3), torch.float32, device), None, pw, pb), ok),
+        "depthwise bias": ((x, dw, db[:3], pw, pb), ok),
+        "pointwise channels": ((x, dw, db, make_tensor((5, 4, 1, 1), torch.float32, device), pb), ok),
+        "pointwise kernel": ((x, dw, db, make_tensor((5, 8, 3, 3), torch.float32, device), pb), ok),
+        "pointwise rank": ((x, dw, db, pw[:, :, 0, 0], pb), ok),
+        "pointwise bias": ((x, dw, db, pw, pb[:2]), ok),
+        "pointwise dtype": ((x, dw, db, pw.half(), pb), ok),
+        "integer input": ((x.int(), dw.int(), None, pw.int(), None), ok),
+        "zero stride": ((x, dw, db, pw, pb), [[1, 0], [0, 0], [1, 1]]),
+        "negative padding": ((x, dw, db, pw, pb), [[1, 1], [0, -2], [1, 1]]),
+        "zero dilation": ((x, dw, db, pw, pb), [[1, 1], [0, 0], [0, 1]]),
+        "kernel larger than input": ((x, dw, db, pw, pb), [[1, 1], [0, 0], [6, 1]]),
+    }
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("problem", list(bad_inputs("cpu")))
+def test_errors(device, problem):
+    tensors, params = bad_inputs(device)[problem]
+    with pytest.raises(RuntimeError, match="convops::depthwise_separable_conv2d"):
+        OP(*tensors, *params)
+
+
+@pytest.mark.cuda
+def test_error_device_mismatch():
+    x, dw, db, pw, pb, *params = make_problem(CASES[0], torch.float32, "cuda")
+    with pytest.raises(RuntimeError, match="convops::depthwise_separable_conv2d"):
+        OP(x, dw, db, pw.cpu(), pb, *params)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("case", [CASES[10]])
+def test_opcheck(device, case, requires_grad):
+    opcheck(OP, make_problem(case, torch.float32, device, requires_grad=requires_grad))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", [(2, 2, 2, 3, 6, 7, (3, 2), (2, 1), (1, 0), (1, 2), True, True),
+                                  (1, 3, 1, 2, 5, 5, (3, 3), (1, 1), (1, 1), (1, 1), False, True)])
+def test_gradcheck(device, case):
+    args = make_problem(case, torch.float64, device, requires_grad=True)
+    tensors = args[:5]
+    present = [t for t in tensors if t is not None]
+
+    def fn(*values):
+        it = iter(values)
+        return OP(*[None if t is None else next(it) for t in tensors], *args[5:])
+
+    assert torch.autograd.gradcheck(fn, present, fast_mode=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_partial_gradients(device):
+    """Only some inputs require grad: the backward saves and computes only what they need."""
+    x, dw, db, pw, pb, *params = make_problem(CASES[0], torch.float64, device)
+    pw.requires_grad_()
+    OP(x, dw, db, pw, pb, *params).sum().backward()
+    ref_pw = pw.detach().requires_grad_()
+    torch_separable(x, dw, db, ref_pw, pb, *params).sum().backward()
+    torch.testing.assert_close(pw.grad, ref_pw.grad)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", [CASES[0], CASES[4], CASES[10]])
+def test_cuda_gradients_match_aten(case):
+    with allow_tf32(False):
+        ours = make_problem(case, torch.float32, "cuda", requires_grad=True)
+        theirs = [t.detach().clone().requires_grad_() if isinstance(t, torch.Tensor) else t for t in ours]
+        grad = torch.randn_like(torch_separable(*theirs))
+        convops.depthwise_separable_conv2d(*ours).backward(grad)
+        torch_separable(*theirs).backward(grad)
+        for a, b in zip(ours[:5], theirs[:5]):
+            if a is not None:
+                torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-4)
