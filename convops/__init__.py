@@ -1,6 +1,7 @@
 """convops: fast convolution custom ops for PyTorch (torch.ops.convops.*) and the torch.compile backend
 "convops" that substitutes them into user models."""
 from ._extension import has_cuda_kernels, has_ops, require_ops
+from .backend import convops_backend, explain
 from .ops import (
     conv2d_group_norm_scale_max_pool_clamp,
     conv_transpose2d,
@@ -15,8 +16,10 @@ __all__ = [
     "conv2d_group_norm_scale_max_pool_clamp",
     "conv_transpose2d",
     "conv_transpose3d",
+    "convops_backend",
     "depthwise_conv2d",
     "depthwise_separable_conv2d",
+    "explain",
     "has_cuda_kernels",
     "has_ops",
     "require_ops",
