@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
+source scripts/toolchain.sh
 
 if ! "$PYTHON" -c "import torch" 2>/dev/null; then
   # No torch yet: take 2.13.0 (the CPU build on the CI machines). For GPUs, install a CUDA build of torch >= 2.11

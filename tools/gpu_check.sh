@@ -3,6 +3,7 @@
 # pytest with the given arguments. CONVOPS_OPS=a,b limits the build to some op families (see setup.py).
 #   bash tools/gpu_check.sh tests/test_depthwise_conv2d.py -q -x
 set -euo pipefail
+source "$(dirname "$0")/../scripts/toolchain.sh"
 export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}" MAX_JOBS="${MAX_JOBS:-16}"
 log="${OUT:-/tmp}/build.log"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
