@@ -1,0 +1,133 @@
+// CPU implementation of convops::conv2d_group_norm_scale_max_pool_clamp.
+//
+// ATen computes the convolution (in fp32 for half-precision inputs); everything after it is one fused pass per (image, group): numerically stable group
+// statistics (each row's mean and M2 in double, merged with Chan's formula, so a conv output whose mean is far
+// larger than its spread loses nothing to E[x^2] - E[x]^2 cancellation), then for each pooling window only the max
+// or only the min of the raw conv values -- the GroupNorm affine times scale is monotone per channel with a known
+// sign -- and the affine + clamp on that one value.
+#include <ATen/ATen.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <cmath>
+
+#include "common/checks.h"
+#include "conv2d_group_norm_scale_max_pool_clamp.h"
+
+namespace convops {
+namespace {
+
+// Count, mean and sum of squared deviations of a set of values; merge() is Chan et al.'s parallel update.
+struct Moments {
+  double count = 0, mean = 0, m2 = 0;
+  void merge(double n, double m, double s) {
+    if (n == 0) return;
+    const double total = count + n, delta = m - mean;
+    mean += delta * (n / total);
+    m2 += s + delta * delta * (count * n / total);
+    count = total;
+  }
+};
+
+template <typename scalar_t>
+void group_norm_scale_pool_clamp(const at::Tensor& conv, const std::optional<at::Tensor>& gn_weight,
+                                 const std::optional<at::Tensor>& gn_bias, const at::Tensor& scale, double eps,
+                                 std::optional<double> clamp_min, std::optional<double> clamp_max,
+                                 const ConvGnPoolGeometry& g, at::Tensor& out) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const acc_t* x = conv.const_data_ptr<acc_t>();
+  scalar_t* y = out.data_ptr<scalar_t>();
+  const int64_t xs_n = conv.stride(0), xs_c = conv.stride(1), xs_h = conv.stride(2), xs_w = conv.stride(3);
+  const int64_t ys_n = out.stride(0), ys_c = out.stride(1), ys_h = out.stride(2), ys_w = out.stride(3);
+  // Small per-channel parameter vectors, read once as acc_t.
+  const auto to_acc = [](const at::Tensor& t) { return t.reshape(-1).to(c10::CppTypeToScalarType<acc_t>::value); };
+  const at::Tensor gamma = gn_weight.has_value() && gn_weight->defined() ? to_acc(*gn_weight) : at::Tensor();
+  const at::Tensor beta = gn_bias.has_value() && gn_bias->defined() ? to_acc(*gn_bias) : at::Tensor();
+  const at::Tensor s = to_acc(scale);
+  const acc_t* gamma_p = gamma.defined() ? gamma.const_data_ptr<acc_t>() : nullptr;
+  const acc_t* beta_p = beta.defined() ? beta.const_data_ptr<acc_t>() : nullptr;
+  const acc_t* s_p = s.const_data_ptr<acc_t>();
+  const bool has_lo = clamp_min.has_value(), has_hi = clamp_max.has_value();
+  const acc_t lo = has_lo ? static_cast<acc_t>(*clamp_min) : acc_t(0);
+  const acc_t hi = has_hi ? static_cast<acc_t>(*clamp_max) : acc_t(0);
+  const int64_t cpg = g.channels_per_group;
+
+  at::parallel_for(0, g.batch * g.num_groups, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t n = item / g.num_groups, grp = item % g.num_groups;
+      Moments moments;
+      for (int64_t c = grp * cpg; c < (grp + 1) * cpg; ++c) {
+        for (int64_t h = 0; h < g.conv_h; ++h) {
+          const acc_t* row = x + n * xs_n + c * xs_c + h * xs_h;
+          double sum = 0;
+          for (int64_t w = 0; w < g.conv_w; ++w) sum += static_cast<double>(row[w * xs_w]);
+          const double mean = sum / static_cast<double>(g.conv_w);
+          double m2 = 0;
+          for (int64_t w = 0; w < g.conv_w; ++w) {
+            const double d = static_cast<double>(row[w * xs_w]) - mean;
+            m2 += d * d;
+          }
+          moments.merge(static_cast<double>(g.conv_w), mean, m2);
+        }
+      }
+      const acc_t mean = static_cast<acc_t>(moments.mean);
+      const acc_t rstd = static_cast<acc_t>(1.0 / std::sqrt(moments.m2 / moments.count + eps));
+
+      for (int64_t c = grp * cpg; c < (grp + 1) * cpg; ++c) {
+        const acc_t gm = gamma_p ? gamma_p[c] : acc_t(1);
+        const acc_t bt = beta_p ? beta_p[c] : acc_t(0);
+        const acc_t sc = s_p[g.scale_per_channel ? c : 0];
+        // z = ((v - mean) * rstd * gamma + beta) * s increases with v exactly when gamma * s >= 0.
+        const bool take_max = gm * sc >= acc_t(0);
+        const acc_t* plane = x + n * xs_n + c * xs_c;
+        for (int64_t ph = 0; ph < g.pooled_h; ++ph) {
+          for (int64_t pw = 0; pw < g.pooled_w; ++pw) {
+            acc_t v = static_cast<acc_t>(plane[ph * g.pool_h * xs_h + pw * g.pool_w * xs_w]);
+            for (int64_t i = 0; i < g.pool_h; ++i) {
+              const acc_t* row = plane + (ph * g.pool_h + i) * xs_h + pw * g.pool_w * xs_w;
+              for (int64_t j = 0; j < g.pool_w; ++j) {
+                const acc_t e = static_cast<acc_t>(row[j * xs_w]);
+                // A NaN anywhere in the window wins, as in max_pool2d.
+                if (std::isnan(e) || (take_max ? e > v : e < v)) v = e;
+              }
+            }
+            const acc_t z = ((v - mean) * rstd * gm + bt) * sc;
+            y[n * ys_n + c * ys_c + ph * ys_h + pw * ys_w] =
+                static_cast<scalar_t>(clamp_like_torch(z, has_lo, lo, has_hi, hi));
+          }
+        }
+      }
+    }
+  });
+}
+
+at::Tensor conv2d_group_norm_scale_max_pool_clamp_cpu(
+    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+    at::IntArrayRef padding, at::IntArrayRef dilation, int64_t num_groups, const std::optional<at::Tensor>& gn_weight,
+    const std::optional<at::Tensor>& gn_bias, double eps, const at::Tensor& scale, at::IntArrayRef pool_kernel,
+    std::optional<double> clamp_min, std::optional<double> clamp_max) {
+  const auto g = check_conv2d_group_norm_scale_max_pool_clamp(input, weight, bias, stride, padding, dilation,
+                                                              num_groups, gn_weight, gn_bias, eps, scale, pool_kernel);
+  at::Tensor out = empty_output(input, {g.batch, g.out_channels, g.pooled_h, g.pooled_w});
+  if (g.batch == 0) return out;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "conv2d_group_norm_cpu", [&] {
+    // Half-precision inputs convolve in fp32 (exact products of their values): the output is rounded once, at the end.
+    const auto acc = c10::CppTypeToScalarType<at::opmath_type<scalar_t>>::value;
+    const auto as_acc = [&](const std::optional<at::Tensor>& t) -> std::optional<at::Tensor> {
+      return t.has_value() && t->defined() ? std::optional<at::Tensor>(t->to(acc)) : std::nullopt;
+    };
+    const at::Tensor conv = at::convolution(input.to(acc), weight.to(acc), as_acc(bias), stride, padding, dilation,
+                                            /*transposed=*/false, /*output_padding=*/{0, 0}, /*groups=*/1);
+    group_norm_scale_pool_clamp<scalar_t>(conv, gn_weight, gn_bias, scale, eps, clamp_min, clamp_max, g, out);
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(convops, CPU, m) {
+  m.impl("conv2d_group_norm_scale_max_pool_clamp", &conv2d_group_norm_scale_max_pool_clamp_cpu);
+}
+
+}  // namespace convops

@@ -1,0 +1,104 @@
+// Pieces shared by the two CUDA kernels of convops::conv2d_group_norm_scale_max_pool_clamp: the launch parameters,
+// the order-preserving float <-> uint32 encoding of pooled extrema, and the per-channel sign of the affine.
+#pragma once
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace convops {
+namespace cuda {
+namespace gn_pool {
+
+// The conv tile of one CTA: kTileM output pixels (a tile_h x tile_w block, tile_h * tile_w <= kTileM) by kTileN
+// output channels, computed by 8 warps as a 4 x 2 grid of 32 x 32 warp tiles.
+constexpr int kThreads = 256;
+constexpr int kTileM = 128;
+constexpr int kTileN = 64;
+constexpr int kWarpM = 32, kWarpN = 32;
+constexpr int kEpilogueLd = kTileM + 4;  // row pitch (floats) of the [channel][pixel] epilogue tile: conflict-free
+
+// How the convolution multiplies: 3xTF32 (each fp32 operand split into a TF32 high part and a TF32 remainder:
+// fp32-level accuracy on tensor cores), bf16 / fp16 tensor cores for half-precision inputs, or plain TF32 (operands
+// rounded to nearest, as cuDNN rounds them). Accumulation is fp32 throughout. fp32 inputs take 3xTF32 whatever the
+// TF32 flag says: for this block cuDNN picks FP32 kernels even where TF32 is allowed (eager's result equals the
+// fp64 one to ~1e-6 on the seed shape), and a single TF32 pass misses it by ~4e-3 once GroupNorm divides by the
+// spread, far outside the 1e-4 agreement we promise.
+enum class MmaMode { kTf32, kTf32x3, kBf16, kFp16 };
+
+struct ConvPoolParams {
+  const void* input;
+  const void* weight;
+  const void* bias;      // (C_out) contiguous, or null
+  const void* gamma;     // (C_out) contiguous, or null (= 1)
+  const void* beta;      // (C_out) contiguous, or null (= 0)
+  const void* scale;     // (C_out) contiguous, or a single value
+  int64_t in_stride[4];  // N, C, H, W of input, in elements
+  int64_t w_stride[4];   // C_out, C_in, kh, kw of weight
+  int batch, in_channels, in_h, in_w, out_channels;
+  int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+  int conv_h, conv_w, pool_h, pool_w, pooled_h, pooled_w;
+  int channels_per_group, num_groups;
+  bool scale_per_channel;
+  // Tiling over the convolution output (every output pixel belongs to exactly one tile).
+  int tile_h, tile_w, tiles_w, spatial_tiles, channel_tiles, local_groups;
+  // Main-loop shared memory: the input patch of chunk_channels channels, its k -> patch offset table, the weights.
+  int chunk_channels, patch_h, patch_w, k_chunk, k_chunk_padded, weight_ld;
+  int smem_koff, smem_patch, smem_small;  // offsets in floats (weights at 0; the epilogue tile reuses the patch)
+  bool channels_fastest;  // input is channels_last: load the patch with the channel index varying fastest
+  bool atomic_pool;       // pool windows straddle tiles: combine window pieces with atomicMax
+  // Outputs of kernel 1.
+  uint32_t* extremum;     // (N, C_out, pooled_h, pooled_w): encoded max over the window of sign_c * conv
+  float4* partials;       // (N, channel_tiles, spatial_tiles, local_groups): (count, mean, M2, unused)
+  // Kernel 2.
+  void* output;
+  int64_t out_stride[4];
+  float eps;
+  bool has_lo, has_hi;
+  float lo, hi;
+};
+
+template <typename T>
+__device__ __forceinline__ float load_float(const void* p, int64_t i) {
+  return static_cast<float>(static_cast<const T*>(p)[i]);
+}
+
+// +1 where ((v - mean) * rstd * gamma + beta) * s grows with v (gamma * s >= 0), -1 where it falls: the pool then
+// keeps the max of sign * v. rstd > 0, so this is known before any statistics exist.
+template <typename T>
+__device__ __forceinline__ float affine_sign(const ConvPoolParams& p, int c) {
+  const float gamma = p.gamma ? load_float<T>(p.gamma, c) : 1.f;
+  const float s = load_float<T>(p.scale, p.scale_per_channel ? c : 0);
+  return gamma * s >= 0.f ? 1.f : -1.f;
+}
+
+// Monotone map float -> uint32 (unsigned order = float order), so that atomicMax on the codes is a float max and a
+// zero-filled buffer means "nothing yet". NaN is made the largest code: a NaN in a window wins, as in max_pool2d.
+__device__ __forceinline__ uint32_t encode_ordered(float f) {
+  if (f != f) return 0xffffffffu;
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ float decode_ordered(uint32_t e) {
+  if (e == 0xffffffffu) return __uint_as_float(0x7fffffffu);
+  return __uint_as_float((e & 0x80000000u) ? (e & 0x7fffffffu) : ~e);
+}
+
+// Chan et al.'s merge of (count, mean, M2) summaries: stable where the mean dwarfs the spread.
+struct Moments {
+  float count, mean, m2;
+  __device__ __forceinline__ void merge(float n, float m, float s) {
+    if (n == 0.f) return;
+    const float total = count + n, delta = m - mean, w = n / total;
+    mean += delta * w;
+    m2 += s + delta * delta * count * w;
+    count = total;
+  }
+};
+
+}  // namespace gn_pool
+}  // namespace cuda
+}  // namespace convops

@@ -1,0 +1,216 @@
+// CUDA implementation of convops::conv2d_group_norm_scale_max_pool_clamp.
+//
+// The full convolution output never reaches global memory. GroupNorm's affine times scale is, per channel,
+// z = a_c * conv + b_c with sign(a_c) = sign(gamma_c * s_c) (rstd > 0), so the max pool of z is the affine of the
+// window max of conv (a_c >= 0) or of its min (a_c < 0), and the clamp is monotone too. Hence two launches:
+//   1. conv_pool_stats_kernel: conv tiles on tensor cores -> per-window max of sign_c * conv, and per-tile group
+//      moments over the whole conv output (rows/cols the pool drops included);
+//   2. finalize_kernel: merges the moments per (image, group) and writes affine + clamp of each window's value.
+// Signs are read on the device, so nothing waits on the host.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <algorithm>
+
+#include "common/checks.h"
+#include "conv2d_group_norm_scale_max_pool_clamp.h"
+#include "cuda/conv2d_group_norm_finalize_kernel.cuh"
+#include "cuda/conv2d_group_norm_tile_kernel.cuh"
+
+namespace convops {
+namespace {
+
+using cuda::gn_pool::ConvPoolParams;
+using cuda::gn_pool::kEpilogueLd;
+using cuda::gn_pool::kThreads;
+using cuda::gn_pool::kTileM;
+using cuda::gn_pool::kTileN;
+using cuda::gn_pool::MmaMode;
+
+constexpr int kMaxSmemBytes = 200 * 1024;     // stay clear of the 227 KB opt-in limit
+constexpr int kTargetSmemBytes = 64 * 1024;   // three CTAs per SM (the register budget of __launch_bounds__)
+
+// The same chain through ATen ops, for what the fused kernel does not cover (float64, or patches too large for
+// shared memory, e.g. huge dilations).
+at::Tensor composite(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                     at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t num_groups,
+                     const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias, double eps,
+                     const at::Tensor& scale, at::IntArrayRef pool_kernel, std::optional<double> clamp_min,
+                     std::optional<double> clamp_max, const ConvGnPoolGeometry& g) {
+  at::Tensor y = at::convolution(input, weight, bias, stride, padding, dilation, false, {0, 0}, 1);
+  y = at::group_norm(y, num_groups, gn_weight, gn_bias, eps);
+  y = y * (g.scale_per_channel ? scale.reshape({1, -1, 1, 1}) : scale.reshape({1, 1, 1, 1}));
+  y = at::max_pool2d(y, pool_kernel, pool_kernel);
+  if (clamp_min.has_value() || clamp_max.has_value()) {
+    y = at::clamp(y, clamp_min.has_value() ? std::optional<at::Scalar>(*clamp_min) : std::nullopt,
+                  clamp_max.has_value() ? std::optional<at::Scalar>(*clamp_max) : std::nullopt);
+  }
+  return y.contiguous(input.suggest_memory_format());
+}
+
+// Tile of the conv output per CTA: whole pool windows when they fit (then every window is finished by one CTA),
+// tile_w <= 32 (the statistics give each column of the tile one lane) and no wider than the image, so narrow
+// images waste few of the 128 pixel slots.
+void choose_tile(const ConvGnPoolGeometry& g, ConvPoolParams& p) {
+  const int width_cap = static_cast<int>(std::min<int64_t>(32, g.conv_w));
+  p.tile_w = g.pool_w <= width_cap ? static_cast<int>(g.pool_w * (width_cap / g.pool_w)) : width_cap;
+  const int height_cap = static_cast<int>(std::min<int64_t>(kTileM / p.tile_w, g.conv_h));
+  p.tile_h = g.pool_h <= height_cap ? static_cast<int>(g.pool_h * (height_cap / g.pool_h)) : height_cap;
+  p.atomic_pool = p.tile_w % g.pool_w != 0 || p.tile_h % g.pool_h != 0;
+  p.tiles_w = static_cast<int>((g.conv_w + p.tile_w - 1) / p.tile_w);
+  p.spatial_tiles = static_cast<int>((g.conv_h + p.tile_h - 1) / p.tile_h) * p.tiles_w;
+  p.channel_tiles = static_cast<int>((g.out_channels + kTileN - 1) / kTileN);
+  p.local_groups = static_cast<int>(std::min<int64_t>(g.num_groups, (kTileN - 1) / g.channels_per_group + 2));
+}
+
+// Shared-memory layout for chunk_channels input channels per main-loop step; returns the bytes it needs.
+int layout_smem(const ConvGnPoolGeometry& g, int chunk_channels, int k_step, ConvPoolParams& p) {
+  p.chunk_channels = chunk_channels;
+  p.patch_h = static_cast<int>((p.tile_h - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h + 1);
+  p.patch_w = static_cast<int>((p.tile_w - 1) * g.stride_w + (g.kernel_w - 1) * g.dilation_w + 1);
+  p.k_chunk = static_cast<int>(chunk_channels * g.kernel_h * g.kernel_w);
+  p.k_chunk_padded = (p.k_chunk + k_step - 1) / k_step * k_step;
+  p.weight_ld = p.k_chunk_padded + 4;  // = 4 mod 8 floats: B-fragment loads hit 32 distinct banks
+  // chunk_channels planes of input and one plane of zeros for the K padding (see the kernel's setup).
+  const int64_t patch = ((static_cast<int64_t>(chunk_channels) + 1) * p.patch_h * p.patch_w + 3) / 4 * 4;
+  if (patch * 4 > kMaxSmemBytes) return INT32_MAX;
+  p.smem_koff = kTileN * p.weight_ld;
+  p.smem_patch = (p.smem_koff + p.k_chunk_padded + 3) / 4 * 4;
+  p.smem_small = p.smem_patch + std::max(static_cast<int>(patch), kTileN * kEpilogueLd);
+  const int64_t bytes = (static_cast<int64_t>(p.smem_small) + 4 * kTileN) * 4;
+  return static_cast<int>(std::min<int64_t>(bytes, INT32_MAX));
+}
+
+// The largest channel chunk under the target size (at least one channel); 0 when even one does not fit.
+int choose_chunk(const ConvGnPoolGeometry& g, int k_step, ConvPoolParams& p) {
+  int chunk = static_cast<int>(std::min<int64_t>(g.in_channels, 256));
+  while (chunk > 1 && layout_smem(g, chunk, k_step, p) > kTargetSmemBytes) chunk = (chunk + 1) / 2;
+  const int bytes = layout_smem(g, chunk, k_step, p);
+  return bytes <= kMaxSmemBytes ? bytes : 0;
+}
+
+template <typename T, MmaMode kMode>
+void launch(ConvPoolParams& p, const ConvGnPoolGeometry& g, int smem_bytes, cudaStream_t stream) {
+  auto* tile_kernel = cuda::gn_pool::conv_pool_stats_kernel<T, kMode>;
+  if (smem_bytes > 48 * 1024) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  }
+  // Persistent grid: as many CTAs as fit on the device at once, each looping over (image, spatial tile) items.
+  int device = 0, sms = 0, per_sm = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tile_kernel, kThreads, smem_bytes));
+  const int64_t items = g.batch * p.spatial_tiles;
+  const int64_t resident = std::max<int64_t>(1, static_cast<int64_t>(sms) * std::max(per_sm, 1) / p.channel_tiles);
+  const dim3 grid(static_cast<unsigned>(std::min(items, resident)), p.channel_tiles);
+  tile_kernel<<<grid, kThreads, smem_bytes, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  cuda::gn_pool::finalize_kernel<T><<<static_cast<unsigned>(g.batch * g.num_groups), kThreads, 0, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
+    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+    at::IntArrayRef padding, at::IntArrayRef dilation, int64_t num_groups, const std::optional<at::Tensor>& gn_weight,
+    const std::optional<at::Tensor>& gn_bias, double eps, const at::Tensor& scale, at::IntArrayRef pool_kernel,
+    std::optional<double> clamp_min, std::optional<double> clamp_max) {
+  const auto g = check_conv2d_group_norm_scale_max_pool_clamp(input, weight, bias, stride, padding, dilation,
+                                                              num_groups, gn_weight, gn_bias, eps, scale, pool_kernel);
+  c10::cuda::CUDAGuard guard(input.device());
+  at::Tensor out = empty_output(input, {g.batch, g.out_channels, g.pooled_h, g.pooled_w});
+  if (g.batch == 0) return out;
+
+  const auto dtype = input.scalar_type();
+  // fp32 runs 3xTF32 in both precision modes (see MmaMode): eager's conv here is fp32-accurate even with TF32 allowed.
+  const MmaMode mode = dtype == at::kHalf       ? MmaMode::kFp16
+                       : dtype == at::kBFloat16 ? MmaMode::kBf16
+                                                : MmaMode::kTf32x3;
+  const int k_step = mode == MmaMode::kTf32x3 ? 8 : 16;
+  ConvPoolParams p{};
+  choose_tile(g, p);
+  const int smem_bytes = dtype == at::kDouble ? 0 : choose_chunk(g, k_step, p);
+  const bool fits_int32 = g.in_h * g.in_w < INT32_MAX && g.batch * g.num_groups < INT32_MAX &&
+                          g.batch * p.spatial_tiles < INT32_MAX &&
+                          g.out_channels * g.pooled_h * g.pooled_w < INT32_MAX;
+  if (smem_bytes == 0 || !fits_int32) {
+    return composite(input, weight, bias, stride, padding, dilation, num_groups, gn_weight, gn_bias, eps, scale,
+                     pool_kernel, clamp_min, clamp_max, g);
+  }
+
+  // Per-channel vectors as dense 1-D tensors (tiny; no host synchronization).
+  const auto flat = [](const at::Tensor& t) { return t.reshape({-1}).contiguous(); };
+  const at::Tensor bias_c = bias.has_value() && bias->defined() ? flat(*bias) : at::Tensor();
+  const at::Tensor gamma_c = gn_weight.has_value() && gn_weight->defined() ? flat(*gn_weight) : at::Tensor();
+  const at::Tensor beta_c = gn_bias.has_value() && gn_bias->defined() ? flat(*gn_bias) : at::Tensor();
+  const at::Tensor scale_c = flat(scale);
+  at::Tensor extremum = at::empty({g.batch, g.out_channels, g.pooled_h, g.pooled_w}, input.options().dtype(at::kInt));
+  at::Tensor partials =
+      at::empty({g.batch * p.channel_tiles * p.spatial_tiles * p.local_groups * 4}, input.options().dtype(at::kFloat));
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  if (p.atomic_pool) {
+    C10_CUDA_CHECK(cudaMemsetAsync(extremum.data_ptr(), 0, extremum.numel() * sizeof(uint32_t), stream));
+  }
+
+  p.input = input.const_data_ptr();
+  p.weight = weight.const_data_ptr();
+  p.bias = bias_c.defined() ? bias_c.const_data_ptr() : nullptr;
+  p.gamma = gamma_c.defined() ? gamma_c.const_data_ptr() : nullptr;
+  p.beta = beta_c.defined() ? beta_c.const_data_ptr() : nullptr;
+  p.scale = scale_c.const_data_ptr();
+  for (int d = 0; d < 4; ++d) {
+    p.in_stride[d] = input.stride(d);
+    p.w_stride[d] = weight.stride(d);
+    p.out_stride[d] = out.stride(d);
+  }
+  p.batch = static_cast<int>(g.batch);
+  p.in_channels = static_cast<int>(g.in_channels);
+  p.in_h = static_cast<int>(g.in_h);
+  p.in_w = static_cast<int>(g.in_w);
+  p.out_channels = static_cast<int>(g.out_channels);
+  p.kernel_h = static_cast<int>(g.kernel_h);
+  p.kernel_w = static_cast<int>(g.kernel_w);
+  p.stride_h = static_cast<int>(g.stride_h);
+  p.stride_w = static_cast<int>(g.stride_w);
+  p.pad_h = static_cast<int>(g.pad_h);
+  p.pad_w = static_cast<int>(g.pad_w);
+  p.dilation_h = static_cast<int>(g.dilation_h);
+  p.dilation_w = static_cast<int>(g.dilation_w);
+  p.conv_h = static_cast<int>(g.conv_h);
+  p.conv_w = static_cast<int>(g.conv_w);
+  p.pool_h = static_cast<int>(g.pool_h);
+  p.pool_w = static_cast<int>(g.pool_w);
+  p.pooled_h = static_cast<int>(g.pooled_h);
+  p.pooled_w = static_cast<int>(g.pooled_w);
+  p.channels_per_group = static_cast<int>(g.channels_per_group);
+  p.num_groups = static_cast<int>(g.num_groups);
+  p.scale_per_channel = g.scale_per_channel;
+  p.channels_fastest = input.stride(1) == 1 && p.chunk_channels > 1;
+  p.extremum = reinterpret_cast<uint32_t*>(extremum.data_ptr<int32_t>());
+  p.partials = reinterpret_cast<float4*>(partials.data_ptr<float>());
+  p.output = out.data_ptr();
+  p.eps = static_cast<float>(eps);
+  p.has_lo = clamp_min.has_value();
+  p.has_hi = clamp_max.has_value();
+  p.lo = p.has_lo ? static_cast<float>(*clamp_min) : 0.f;
+  p.hi = p.has_hi ? static_cast<float>(*clamp_max) : 0.f;
+
+  if (mode == MmaMode::kTf32x3) {
+    launch<float, MmaMode::kTf32x3>(p, g, smem_bytes, stream);
+  } else if (mode == MmaMode::kBf16) {
+    launch<c10::BFloat16, MmaMode::kBf16>(p, g, smem_bytes, stream);
+  } else {
+    launch<c10::Half, MmaMode::kFp16>(p, g, smem_bytes, stream);
+  }
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(convops, CUDA, m) {
+  m.impl("conv2d_group_norm_scale_max_pool_clamp", &conv2d_group_norm_scale_max_pool_clamp_cuda);
+}
+
+}  // namespace convops

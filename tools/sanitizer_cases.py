@@ -1,0 +1,88 @@
+"""Small calls of every CUDA kernel path in convops, for compute-sanitizer (tools/run_sanitizers.sh).
+
+Each case is small enough to run in seconds under memcheck/racecheck/initcheck, yet exercises the kernel's tiling
+edges: odd sizes, partial tiles, padding, stride and dilation, every dtype, TF32 on and off, channels_last and
+strided inputs. It also checks the results against ATen, so a run that is clean for the sanitizer but wrong fails.
+"""
+from __future__ import annotations
+
+import itertools
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import convops  # noqa: F401
+
+DEV = "cuda"
+
+
+def rand(*shape, dtype=torch.float32, layout="contiguous"):
+    t = torch.rand(*shape, device=DEV, dtype=dtype) * 2 - 1
+    if layout == "channels_last":
+        t = t.contiguous(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
+    elif layout == "strided":
+        t = torch.rand(*shape[:-1], shape[-1] * 2, device=DEV, dtype=dtype)[..., ::2] * 2 - 1
+    return t
+
+
+def check(name, out, ref, tol):
+    err = (out.float() - ref.float()).abs().max().item() if out.numel() else 0.0
+    scale = ref.float().abs().max().item() if ref.numel() else 0.0
+    ok = err <= tol * (1 + scale)
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: max err {err:.2e}")
+    return ok
+
+
+def cases():
+    tol = {torch.float32: 1e-3, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+    for dtype, tf32, layout in itertools.product(tol, (True, False), ("contiguous", "channels_last", "strided")):
+        if dtype != torch.float32 and not tf32:
+            continue
+        torch.backends.cudnn.allow_tf32 = tf32
+        tag = f"{dtype} tf32={tf32} {layout}"
+        x = rand(2, 6, 19, 37, dtype=dtype, layout=layout)
+        for k, s, p, d, m in [(3, 1, 1, 1, 1), (5, 1, 2, 1, 2), (3, 2, 0, 2, 1), (7, 3, 3, 1, 1)]:
+            w = rand(6 * m, 1, k, k, dtype=dtype)
+            b = rand(6 * m, dtype=dtype)
+            yield (f"depthwise k{k} s{s} p{p} d{d} m{m} {tag}", lambda: torch.ops.convops.depthwise_conv2d(x, w, b, s, p, d),
+                   lambda: F.conv2d(x, w, b, s, p, d, groups=6), tol[dtype])
+            pw = rand(11, 6 * m, 1, 1, dtype=dtype)
+            yield (f"separable k{k} s{s} p{p} d{d} m{m} {tag}",
+                   lambda: torch.ops.convops.depthwise_separable_conv2d(x, w, b, pw, None, s, p, d),
+                   lambda: F.conv2d(F.conv2d(x, w, b, s, p, d, groups=6), pw), tol[dtype])
+        for s, p, op, g, d in [(1, 0, 0, 1, 1), (2, 1, 1, 2, 1), (3, 2, 0, 1, 2)]:
+            w2 = rand(6, 4 // g * 1, 3, 5, dtype=dtype)
+            yield (f"conv_transpose2d s{s} p{p} op{op} g{g} d{d} {tag}",
+                   lambda: torch.ops.convops.conv_transpose2d(x, w2, None, s, p, op, g, d),
+                   lambda: F.conv_transpose2d(x, w2, None, s, p, op, g, d), tol[dtype])
+            x3 = rand(2, 6, 5, 7, 9, dtype=dtype, layout=layout)
+            w3 = rand(6, 4 // g, 3, 3, 3, dtype=dtype)
+            b3 = rand(4, dtype=dtype)
+            yield (f"conv_transpose3d s{s} p{p} op{op} g{g} d{d} {tag}",
+                   lambda: torch.ops.convops.conv_transpose3d(x3, w3, b3, s, p, op, g, d),
+                   lambda: F.conv_transpose3d(x3, w3, b3, s, p, op, g, d), tol[dtype])
+        wc = rand(8, 6, 3, 3, dtype=dtype)
+        bc = rand(8, dtype=dtype)
+        gamma, beta, scale = rand(8, dtype=dtype), rand(8, dtype=dtype), rand(8, 1, 1, dtype=dtype)
+        for pool, lo, hi in [(2, -0.5, 0.5), (3, None, 0.25), (4, 0.0, None)]:
+            yield (f"conv2d_gn_pool pool{pool} clamp({lo},{hi}) {tag}",
+                   lambda: torch.ops.convops.conv2d_group_norm_scale_max_pool_clamp(
+                       x, wc, bc, 1, 1, 1, 4, gamma, beta, 1e-5, scale, pool, lo, hi),
+                   lambda: torch.clamp(F.max_pool2d(F.group_norm(F.conv2d(x, wc, bc, 1, 1), 4, gamma, beta, 1e-5)
+                                                    * scale, pool), lo, hi), tol[dtype])
+
+
+def main() -> int:
+    torch.manual_seed(0)
+    failures = 0
+    for name, run, ref, tol in cases():
+        out = run()
+        torch.cuda.synchronize()
+        failures += not check(name, out, ref(), tol)
+    print(f"{failures} failed")
+    return int(failures > 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
