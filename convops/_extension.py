@@ -13,6 +13,10 @@ import torch
 # several development builds can live side by side; normally the in-package convops._C is imported.
 _LIBRARY_OVERRIDE = os.environ.get("CONVOPS_LIBRARY")
 
+# The ops the compiled library defines (convops/csrc/<op>.cpp).
+OP_NAMES = ("depthwise_conv2d", "depthwise_separable_conv2d", "conv_transpose2d", "conv_transpose3d",
+            "conv2d_group_norm_scale_max_pool_clamp")
+
 _LOAD_ERROR: Exception | None = None
 try:
     if _LIBRARY_OVERRIDE:
@@ -37,7 +41,11 @@ def require_ops() -> None:
         )
 
 
-def has_cuda_kernels(op: str = "depthwise_conv2d") -> bool:
-    """True when the library was built with its CUDA kernels (setup.py builds them where CUDA is usable)."""
-    return (has_ops() and hasattr(torch.ops.convops, op)
-            and torch._C._dispatch_has_kernel_for_dispatch_key(f"convops::{op}", "CUDA"))
+def has_cuda_kernels(op: str | None = None) -> bool:
+    """True when the loaded library has CUDA kernels: for `op` ("depthwise_conv2d", ...), or for any op if None.
+    setup.py builds them where CUDA is usable; CONVOPS_OPS development builds may carry only some."""
+    if not has_ops():
+        return False
+    names = [op] if op else OP_NAMES
+    return any(hasattr(torch.ops.convops, n)
+               and torch._C._dispatch_has_kernel_for_dispatch_key(f"convops::{n}", "CUDA") for n in names)

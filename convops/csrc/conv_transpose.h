@@ -1,0 +1,40 @@
+// convops::conv_transpose2d / conv_transpose3d: F.conv_transpose2d/3d over their whole parameter space.
+//
+// The validation and the (un)batching live here, shared by the CPU and CUDA kernels, so both devices accept and
+// reject exactly the same arguments, with the same messages.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <vector>
+
+namespace convops {
+
+// Validated arguments of one call, each per-dimension list `spatial_dims` long.
+struct ConvTransposeArgs {
+  int64_t spatial_dims;
+  std::vector<int64_t> stride, padding, output_padding, dilation;
+  int64_t groups;
+  std::vector<int64_t> output_size;  // spatial extents of the output
+};
+
+// Checks everything ATen checks for a transposed convolution (ranks, channels vs groups, bias shape, dtypes and
+// devices, parameter signs, output_padding < stride or dilation, output size > 0), naming `op` in each error.
+// `input` is batched here: (N, C_in, *spatial).
+ConvTransposeArgs check_conv_transpose_args(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                                            const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                            at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
+                                            at::IntArrayRef dilation, int64_t spatial_dims);
+
+// Signature of a device kernel: batched input, validated args -> output dense in input.suggest_memory_format().
+using ConvTransposeKernel = at::Tensor (*)(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                                           const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args);
+
+// Validates, accepts an unbatched input (C_in, *spatial) as F.conv_transpose does, and runs `kernel`.
+at::Tensor run_conv_transpose(const char* op, ConvTransposeKernel kernel, const at::Tensor& input,
+                              const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                              at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
+                              int64_t groups, at::IntArrayRef dilation, int64_t spatial_dims);
+
+}  // namespace convops

@@ -1,0 +1,428 @@
+// The conv_transpose kernel: an implicit GEMM over one output phase (see conv_transpose_params.cuh), written once
+// for 2-D and 3-D (2-D is 3-D with depth 1).
+//
+// One block computes a tile of BM output pixels (a power-of-two box in phase coordinates) x BN output channels
+// of one (batch, group, phase). GEMM view: M = pixels, N = output channels, K = input channels x taps. For each
+// chunk of input channels the block loads the input brick the tile needs *with its halo* into shared memory once,
+// plus the weights of those taps, and every tap then reads the brick at a constant offset: the input is fetched
+// from L2 once per chunk, not once per tap. Accumulators go through shared memory so the stores are coalesced.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/conv_transpose_math.cuh"
+#include "cuda/conv_transpose_params.cuh"
+
+namespace convops {
+namespace cuda {
+
+constexpr int kConvTransposeThreads = 256;
+constexpr int kConvTransposeWarps = kConvTransposeThreads / 32;
+
+// Weight rows in shared memory are padded so that the 4 k-rows x 8 columns one B fragment reads hit 32 banks.
+__host__ __device__ constexpr int conv_transpose_weight_pitch(int bn) {
+  return (bn % 32 == 8 || bn % 32 == 24) ? bn : bn + 8;
+}
+
+// Accumulators are staged as [channel][pixel] with this pitch: the 4 channel pairs x 8 rows a warp writes at once
+// then hit distinct banks.
+__host__ __device__ constexpr int conv_transpose_stage_pitch(int bm) { return bm + 4; }
+
+// Offset of tile pixel m (d, h, w fastest) in a brick with allocated extents (.., bh, bw).
+__device__ __forceinline__ int brick_offset(int m, const int (&tile_log2)[3], int bh, int bw) {
+  const int mw = m & ((1 << tile_log2[2]) - 1);
+  const int mh = (m >> tile_log2[2]) & ((1 << tile_log2[1]) - 1);
+  const int md = m >> (tile_log2[2] + tile_log2[1]);
+  return (md * bh + mh) * bw + mw;
+}
+
+// Tensor-core tile: warp w owns pixels [w * BM/8, (w+1) * BM/8) and all BN channels, as MT x NT mma tiles.
+template <class Math, int BM, int BN>
+struct MmaTile {
+  static constexpr int kWarpM = BM / kConvTransposeWarps;
+  static constexpr int MT = kWarpM / 16;
+  static constexpr int NT = BN / 8;
+  static constexpr int kPitch = conv_transpose_weight_pitch(BN);
+  static_assert(kWarpM % 16 == 0 && BN % 8 == 0, "tile must be made of m16n8 fragments");
+
+  float acc[MT][NT][4];
+  int row[MT][2];  // brick offsets of the fragment rows g and g + 8
+  int g, t;
+
+  __device__ MmaTile(int tid, const int (&tile_log2)[3], int bh, int bw) {
+    const int warp = tid / 32, lane = tid % 32;
+    g = lane / 4;
+    t = lane % 4;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) row[mt][h] = brick_offset(warp * kWarpM + mt * 16 + g + 8 * h, tile_log2, bh, bw);
+    }
+  }
+
+  __device__ void zero() {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
+  }
+
+  // One tap: acc += brick(shifted by tap_offset)[pixels][chunk words] x weights[chunk words][BN].
+  __device__ void tap(const uint32_t* brick, int plane, const uint32_t* weights, int chunk, int tap_offset) {
+    const uint32_t* a_rows = brick + t * plane + tap_offset;
+    const uint32_t* b_rows = weights + t * kPitch + g;
+#pragma unroll 1  // one k-step already holds MT x NT independent mma; unrolling more only adds registers
+    for (int k = 0; k < chunk; k += 8) {
+      // All A fragments first, then one B fragment at a time: MT*4 + 2 live operand registers next to the
+      // accumulators.
+      const uint32_t* a_lo = a_rows + k * plane;
+      const uint32_t* a_hi = a_rows + (k + 4) * plane;
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        a[mt][0] = a_lo[row[mt][0]];
+        a[mt][1] = a_lo[row[mt][1]];
+        a[mt][2] = a_hi[row[mt][0]];
+        a[mt][3] = a_hi[row[mt][1]];
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const uint32_t b[2] = {b_rows[k * kPitch + nt * 8], b_rows[(k + 4) * kPitch + nt * 8]};
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) Math::mma(acc[mt][nt], a[mt], b);
+      }
+    }
+  }
+
+  __device__ void stage(float* out, int tid) const {
+    constexpr int SP = conv_transpose_stage_pitch(BM);
+    const int m0 = (tid / 32) * kWarpM;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int m = m0 + mt * 16 + g, co = nt * 8 + 2 * t;
+        out[co * SP + m] = acc[mt][nt][0];
+        out[(co + 1) * SP + m] = acc[mt][nt][1];
+        out[co * SP + m + 8] = acc[mt][nt][2];
+        out[(co + 1) * SP + m + 8] = acc[mt][nt][3];
+      }
+    }
+  }
+};
+
+// CUDA-core tile for strict fp32 and fp64: thread (tm, tn) owns pixels tm + 64 i (i < PI) x channels 8 tn .. 8 tn + 7.
+template <class Math, int BM, int BN>
+struct FmaTile {
+  using T = typename Math::Acc;
+  static constexpr int PI = BM / 64;
+  static constexpr int kPitch = conv_transpose_weight_pitch(BN);
+  static_assert(BM % 64 == 0 && BN == 32, "the CUDA-core tile is 64 PI pixels x 32 channels");
+
+  T acc[PI][8];
+  int row[PI];
+  int tm, tn;
+
+  __device__ FmaTile(int tid, const int (&tile_log2)[3], int bh, int bw) {
+    tn = tid & 3;
+    tm = tid >> 2;
+#pragma unroll
+    for (int i = 0; i < PI; ++i) row[i] = brick_offset(tm + 64 * i, tile_log2, bh, bw);
+  }
+
+  __device__ void zero() {
+#pragma unroll
+    for (int i = 0; i < PI; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[i][j] = T(0);
+  }
+
+  __device__ void tap(const T* brick, int plane, const T* weights, int chunk, int tap_offset) {
+    const T* a_rows = brick + tap_offset;
+    const T* b_rows = weights + tn * 8;
+#pragma unroll 2
+    for (int c = 0; c < chunk; ++c) {
+      T a[PI];
+#pragma unroll
+      for (int i = 0; i < PI; ++i) a[i] = a_rows[c * plane + row[i]];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // four weights at a time keeps fp64 within 128 registers
+        T b[4];
+        load_row4(b, b_rows + c * kPitch + 4 * half);
+#pragma unroll
+        for (int i = 0; i < PI; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[i][4 * half + j] = fma(a[i], b[j], acc[i][4 * half + j]);
+      }
+    }
+  }
+
+  __device__ void stage(T* out, int /*tid*/) const {
+    constexpr int SP = conv_transpose_stage_pitch(BM);
+#pragma unroll
+    for (int i = 0; i < PI; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) out[(tn * 8 + j) * SP + tm + 64 * i] = acc[i][j];
+  }
+
+ private:
+  // Four consecutive, 16-byte aligned values in one or two vector loads.
+  __device__ static void load_row4(float (&b)[4], const float* src) {
+    const float4 v = *reinterpret_cast<const float4*>(src);
+    b[0] = v.x, b[1] = v.y, b[2] = v.z, b[3] = v.w;
+  }
+  __device__ static void load_row4(double (&b)[4], const double* src) {
+    const double2 lo = reinterpret_cast<const double2*>(src)[0], hi = reinterpret_cast<const double2*>(src)[1];
+    b[0] = lo.x, b[1] = lo.y, b[2] = hi.x, b[3] = hi.y;
+  }
+};
+
+// The taps of one (tile, chunk) pass: [j0, j1) per dimension, all reading one brick.
+struct TapGroup {
+  int j0[3], j1[3];
+  int origin[3];  // input coordinate of brick element 0 per dimension
+  int extent[3];  // brick extent this group needs (<= the allocated one)
+};
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Asynchronous global -> shared copy of Bytes (4, 8 or 16); valid == false writes zeros and reads nothing.
+template <int Bytes>
+__device__ __forceinline__ void cp_async_zfill(void* dst, const void* src, bool valid) {
+  const int src_bytes = valid ? Bytes : 0;
+  if constexpr (Bytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
+                 "r"(src_bytes));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_address(dst)), "l"(src), "n"(Bytes),
+                 "r"(src_bytes));
+  }
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int Pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
+}
+
+// Calls f(brick_offset, input_offset, inside) for the brick positions this thread loads: the same positions in
+// load_brick and round_brick, so each thread rounds exactly the words its own copies wrote.
+template <class F>
+__device__ __forceinline__ void for_each_brick_position(const ConvTransposeParams& p, const TapGroup& tg, F&& f) {
+  const int ew = tg.extent[2], eh = tg.extent[1], volume = tg.extent[0] * eh * ew;
+  for (int s = threadIdx.x; s < volume; s += kConvTransposeThreads) {
+    const int x = s % ew, yz = s / ew, y = yz % eh, z = yz / eh;
+    const int id = tg.origin[0] + z, ih = tg.origin[1] + y, iw = tg.origin[2] + x;
+    const bool inside = id >= 0 && id < p.in_size[0] && ih >= 0 && ih < p.in_size[1] && iw >= 0 &&
+                        iw < p.in_size[2];
+    const int64_t offset = inside ? id * p.in_stride[2] + ih * p.in_stride[3] + iw * p.in_stride[4] : 0;
+    f((z * p.brick[1] + y) * p.brick[2] + x, offset, inside);
+  }
+}
+
+// brick[cw][z][y][x] = input[n, group channels c0 + cw .., origin + (z, y, x)], zero outside the input.
+// One-channel words are copied asynchronously (cp.async, zero-filled); two-channel words are packed in registers.
+template <class Math>
+__device__ void load_brick(const ConvTransposeParams& p, typename Math::Word* brick, int n, int grp, int c0,
+                           const TapGroup& tg) {
+  using Input = typename Math::Input;
+  using Word = typename Math::Word;
+  constexpr int kCpw = Math::kChannelsPerWord;
+  const Input* in = static_cast<const Input*>(p.input) + n * p.in_stride[0] +
+                    static_cast<int64_t>(grp) * p.cin_g * p.in_stride[1];
+  for_each_brick_position(p, tg, [&](int dst_offset, int64_t src_offset, bool inside) {
+    Word* dst = brick + dst_offset;
+    const Input* src = in + src_offset;
+    if constexpr (Math::kAsyncBrick) {
+      const int channels = inside ? min(p.chunk, p.cin_g - c0) : 0;
+#pragma unroll 8
+      for (int cw = 0; cw < p.chunk; ++cw) {
+        const bool valid = cw < channels;
+        cp_async_zfill<sizeof(Word)>(dst + cw * p.brick_plane, valid ? src + (c0 + cw) * p.in_stride[1] : in, valid);
+      }
+    } else {
+#pragma unroll 4
+      for (int cw = 0; cw < p.chunk; ++cw) {
+        const int c = (c0 + cw) * kCpw;
+        const Input* lo = inside && c < p.cin_g ? src + c * p.in_stride[1] : nullptr;
+        const Input* hi = kCpw == 2 && inside && c + 1 < p.cin_g ? src + (c + 1) * p.in_stride[1] : nullptr;
+        dst[cw * p.brick_plane] = Math::word(lo, hi);
+      }
+    }
+  });
+}
+
+// TF32: RN-round the words this thread's own cp.async copies brought in (they are visible to it after the wait).
+template <class Math>
+__device__ void round_brick(const ConvTransposeParams& p, typename Math::Word* brick, const TapGroup& tg) {
+  for_each_brick_position(p, tg, [&](int dst_offset, int64_t, bool) {
+    uint32_t* dst = brick + dst_offset;
+#pragma unroll 8
+    for (int cw = 0; cw < p.chunk; ++cw) dst[cw * p.brick_plane] = tf32_bits(__uint_as_float(dst[cw * p.brick_plane]));
+  });
+}
+
+// weights[tap of group][cw][BN] = transformed weight[grp, tap, c0 + cw, co_block * BN ..], 16-byte cp.async.
+template <class Math, int BN>
+__device__ void load_weights(const ConvTransposeParams& p, typename Math::Word* weights, int grp, int co_block,
+                             int c0, const PhaseDim (&ph)[3], const TapGroup& tg) {
+  using Word = typename Math::Word;
+  constexpr int kPitch = conv_transpose_weight_pitch(BN);
+  constexpr int kVectors = BN * static_cast<int>(sizeof(Word)) / 16;
+  static_assert(BN * sizeof(Word) % 16 == 0, "weight rows must be whole 16-byte vectors");
+  const int gh = tg.j1[1] - tg.j0[1], gw = tg.j1[2] - tg.j0[2];
+  const int rows = (tg.j1[0] - tg.j0[0]) * gh * gw * p.chunk;
+  const int taps = p.kernel[0] * p.kernel[1] * p.kernel[2];
+  const Word* w = static_cast<const Word*>(p.weight) + static_cast<int64_t>(grp) * taps * p.cin_words * p.cout_pad +
+                  co_block * BN;
+  for (int v = threadIdx.x; v < rows * kVectors; v += kConvTransposeThreads) {
+    const int row = v / kVectors, col = v % kVectors;
+    const int tap = row / p.chunk, cw = row % p.chunk;
+    const int jw = tg.j0[2] + tap % gw, jh = tg.j0[1] + (tap / gw) % gh, jd = tg.j0[0] + tap / (gw * gh);
+    const int kd = ph[0].k0 + jd * p.tap_step[0], kh = ph[1].k0 + jh * p.tap_step[1],
+              kw = ph[2].k0 + jw * p.tap_step[2];
+    const int64_t src = (static_cast<int64_t>((kd * p.kernel[1] + kh) * p.kernel[2] + kw) * p.cin_words + c0 + cw) *
+                        p.cout_pad;
+    cp_async_zfill<16>(reinterpret_cast<uint4*>(weights + row * kPitch) + col,
+                       reinterpret_cast<const uint4*>(w + src) + col, true);
+  }
+}
+
+// output[n, channels, o = q * s + r] = staged accumulators + bias, for the pixels and channels that exist.
+template <class Math, int BM, int BN>
+__device__ void store_tile(const ConvTransposeParams& p, const typename Math::Acc* stage, int n, int grp,
+                           int co_block, const int (&r)[3], const int (&q0)[3], const PhaseDim (&ph)[3]) {
+  using Input = typename Math::Input;
+  using Acc = typename Math::Acc;
+  constexpr int SP = conv_transpose_stage_pitch(BM);
+  const Input* bias = static_cast<const Input*>(p.bias);
+  Input* out = static_cast<Input*>(p.output) + n * p.out_stride[0];
+  const int co_base = grp * p.cout_g + co_block * BN;
+  const int co_count = min(BN, p.cout_g - co_block * BN);
+  const bool channels_fastest = p.out_stride[1] == 1;  // channels_last: consecutive threads, consecutive channels
+  for (int e = threadIdx.x; e < BM * BN; e += kConvTransposeThreads) {
+    const int co = channels_fastest ? e % BN : e / BM;
+    const int m = channels_fastest ? e / BN : e % BM;
+    const int qw = q0[2] + (m & ((1 << p.tile_log2[2]) - 1));
+    const int qh = q0[1] + ((m >> p.tile_log2[2]) & ((1 << p.tile_log2[1]) - 1));
+    const int qd = q0[0] + (m >> (p.tile_log2[2] + p.tile_log2[1]));
+    if (co >= co_count || qd >= ph[0].q_count || qh >= ph[1].q_count || qw >= ph[2].q_count) continue;
+    Acc value = stage[co * SP + m];
+    if (bias) value += Math::to_acc(bias[co_base + co]);
+    const int64_t od = qd * p.stride[0] + r[0], oh = qh * p.stride[1] + r[1], ow = qw * p.stride[2] + r[2];
+    out[(co_base + co) * p.out_stride[1] + od * p.out_stride[2] + oh * p.out_stride[3] + ow * p.out_stride[4]] =
+        Math::from_acc(value);
+  }
+}
+
+template <class Math, int BM, int BN>
+__global__ void __launch_bounds__(kConvTransposeThreads)
+    conv_transpose_kernel(const ConvTransposeParams p) {
+  using Word = typename Math::Word;
+  using Tile = std::conditional_t<Math::kTensorCore, MmaTile<Math, BM, BN>, FmaTile<Math, BM, BN>>;
+  constexpr int kPitch = conv_transpose_weight_pitch(BN);
+  extern __shared__ __align__(16) unsigned char smem[];
+  Word* smem_words = reinterpret_cast<Word*>(smem);
+  auto* stage = reinterpret_cast<typename Math::Acc*>(smem);
+
+  Tile tile(threadIdx.x, p.tile_log2, p.brick[1], p.brick[2]);
+  for (int64_t index = blockIdx.x; index < p.total_tiles; index += gridDim.x) {
+    // Decode (n, group, phase, tile, channel block), channel block fastest so that blocks sharing a brick run
+    // together and find it in L2.
+    int64_t rest = index;
+    const int co_block = static_cast<int>(rest % p.co_blocks);
+    rest /= p.co_blocks;
+    int tile_index[3], r[3];
+    for (int d = 2; d >= 0; --d) {
+      tile_index[d] = static_cast<int>(rest % p.tiles[d]);
+      rest /= p.tiles[d];
+    }
+    for (int d = 2; d >= 0; --d) {
+      r[d] = static_cast<int>(rest % p.stride[d]);
+      rest /= p.stride[d];
+    }
+    const int grp = static_cast<int>(rest % p.groups);
+    const int n = static_cast<int>(rest / p.groups);
+
+    PhaseDim ph[3];
+    int q0[3];
+    bool empty = false, has_taps = true;
+    for (int d = 0; d < 3; ++d) {
+      ph[d] = phase_dim(r[d], p.out_size[d], p.kernel[d], p.stride[d], p.padding[d], p.dilation[d], p.tap_step[d]);
+      q0[d] = tile_index[d] << p.tile_log2[d];
+      empty |= q0[d] >= ph[d].q_count;
+      has_taps &= ph[d].taps > 0;
+    }
+    if (empty) continue;  // the same for every thread of the block
+
+    // The passes over shared memory: every (input-channel chunk, tap group). Pass i + 1 is copied in while pass i
+    // is multiplied, in two alternating stages.
+    int group_count[3];
+    for (int d = 0; d < 3; ++d) group_count[d] = (ph[d].taps + p.group_taps[d] - 1) / p.group_taps[d];
+    const int groups_per_chunk = group_count[0] * group_count[1] * group_count[2];
+    const int passes = has_taps ? p.cin_words / p.chunk * groups_per_chunk : 0;
+    const auto pass = [&](int i, int& c0, TapGroup& tg) {
+      c0 = i / groups_per_chunk * p.chunk;
+      int g = i % groups_per_chunk;
+      for (int d = 2; d >= 0; --d) {
+        tg.j0[d] = g % group_count[d] * p.group_taps[d];
+        g /= group_count[d];
+        tg.j1[d] = min(tg.j0[d] + p.group_taps[d], ph[d].taps);
+        tg.origin[d] = q0[d] + ph[d].off0 - (tg.j1[d] - 1) * p.offset_step[d];
+        tg.extent[d] = (1 << p.tile_log2[d]) + (tg.j1[d] - 1 - tg.j0[d]) * p.offset_step[d];
+      }
+    };
+    const auto issue = [&](int i) {
+      int c0;
+      TapGroup tg;
+      pass(i, c0, tg);
+      Word* stage_brick = smem_words + (i & 1) * p.stage_words;
+      load_brick<Math>(p, stage_brick, n, grp, c0, tg);
+      load_weights<Math, BN>(p, stage_brick + p.chunk * p.brick_plane, grp, co_block, c0, ph, tg);
+      cp_async_commit();
+    };
+
+    tile.zero();
+    __syncthreads();  // the previous tile's epilogue is done with shared memory
+    if (passes > 0) issue(0);
+    for (int i = 0; i < passes; ++i) {
+      if (i + 1 < passes) {
+        issue(i + 1);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      int c0;
+      TapGroup tg;
+      pass(i, c0, tg);
+      Word* brick = smem_words + (i & 1) * p.stage_words;
+      const Word* weights = brick + p.chunk * p.brick_plane;
+      if constexpr (Math::kRoundBrick) round_brick<Math>(p, brick, tg);
+      __syncthreads();
+      // Tap j of a dimension reads the brick (j1 - 1 - j) * offset_step further along it.
+      int tap = 0;
+      for (int jd = tg.j0[0]; jd < tg.j1[0]; ++jd) {
+        for (int jh = tg.j0[1]; jh < tg.j1[1]; ++jh) {
+          const int offset_dh =
+              ((tg.j1[0] - 1 - jd) * p.offset_step[0] * p.brick[1] + (tg.j1[1] - 1 - jh) * p.offset_step[1]) *
+              p.brick[2];
+          for (int jw = tg.j0[2]; jw < tg.j1[2]; ++jw, ++tap) {
+            tile.tap(brick, p.brick_plane, weights + tap * p.chunk * kPitch, p.chunk,
+                     offset_dh + (tg.j1[2] - 1 - jw) * p.offset_step[2]);
+          }
+        }
+      }
+      __syncthreads();  // every warp is done with this stage: the next iteration's issue refills it
+    }
+    tile.stage(stage, threadIdx.x);  // the barriers above: nobody reads the stages or the previous staging any more
+    __syncthreads();
+    store_tile<Math, BM, BN>(p, stage, n, grp, co_block, r, q0, ph);
+  }
+}
+
+}  // namespace cuda
+}  // namespace convops

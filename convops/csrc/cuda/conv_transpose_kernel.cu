@@ -1,0 +1,264 @@
+// CUDA kernels of convops::conv_transpose2d / conv_transpose3d: the host side. It transforms the weight once per
+// call into the layout the kernel reads, picks the precision policy and the tiling, and launches
+// conv_transpose_kernel (conv_transpose_implicit_gemm.cuh). 2-D calls run as 3-D with depth 1.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "common/checks.h"
+#include "common/precision.h"
+#include "conv_transpose.h"
+#include "cuda/conv_transpose_implicit_gemm.cuh"
+
+namespace convops {
+namespace {
+
+using cuda::ConvTransposeParams;
+
+// Shared memory one block may use for its two stages of brick and weights: two blocks fit an SM's 227 KB.
+constexpr int64_t kSharedBudget = 112 * 1024;
+
+int log2_exact(int64_t v) {
+  int l = 0;
+  while ((int64_t{1} << l) < v) ++l;
+  return l;
+}
+
+// (G, KD, KH, KW, cin_words, cout_pad) words: per group and tap, a [channel word][output channel] matrix, zero
+// padded to whole chunks and channel blocks, so the kernel copies whole 16-byte rows without bounds checks.
+// TF32: operands RN-rounded here once; bf16/fp16: two consecutive input channels per 32-bit word.
+at::Tensor transform_weight(const at::Tensor& weight5d, int64_t groups, int64_t channels_per_word, int64_t cin_words,
+                            int64_t cout_pad, bool tf32) {
+  const int64_t cin_g = weight5d.size(0) / groups, cout_g = weight5d.size(1);
+  at::Tensor w = weight5d.reshape({groups, cin_g, cout_g, weight5d.size(2), weight5d.size(3), weight5d.size(4)})
+                     .permute({0, 3, 4, 5, 1, 2});
+  w = at::constant_pad_nd(w, {0, cout_pad - cout_g, 0, cin_words * channels_per_word - cin_g});
+  if (channels_per_word == 2) {
+    const auto s = w.sizes();
+    w = w.reshape({s[0], s[1], s[2], s[3], cin_words, 2, cout_pad}).transpose(5, 6);
+  }
+  w = w.contiguous();
+  if (tf32) {
+    // cvt.rna.tf32.f32 on the bits: round to nearest, ties away; inf and nan pass through.
+    const at::Tensor bits = w.view(at::kInt);
+    const at::Tensor rounded = at::bitwise_and(bits + 0x1000, ~0x1FFF).view(at::kFloat);
+    w = at::where(w.isfinite(), rounded, w);
+  }
+  return w;
+}
+
+struct Tiling {
+  int tile_log2[3];
+  int group_taps[3];
+  int brick[3];
+  int brick_plane;
+  int chunk;
+  int stage_words;
+  int64_t shared_bytes;
+};
+
+// Chooses the output tile (a power-of-two box of BM pixels in phase coordinates) that minimises the estimated work,
+// then the channel chunk and the taps per brick that fit the shared-memory budget.
+Tiling choose_tiling(const ConvTransposeParams& p, int bm, int bn, int word_bytes, int acc_bytes, int cin_words_min) {
+  int max_taps[3], phase_extent[3];
+  for (int d = 0; d < 3; ++d) {
+    max_taps[d] = (p.kernel[d] + p.tap_step[d] - 1) / p.tap_step[d];
+    phase_extent[d] = (p.out_size[d] + p.stride[d] - 1) / p.stride[d];
+  }
+  Tiling t{};
+  const int bm_log2 = log2_exact(bm);
+  double best = std::numeric_limits<double>::infinity();
+  for (int ld = 0; ld <= bm_log2; ++ld) {
+    for (int lh = 0; ld + lh <= bm_log2; ++lh) {
+      const int lw = bm_log2 - ld - lh;
+      if (lw < 3) continue;  // rows of 8 consecutive pixels keep the fragment loads conflict-free
+      const int lg[3] = {ld, lh, lw};
+      double tiles = 1, brick = 1;
+      for (int d = 0; d < 3; ++d) {
+        tiles *= std::ceil(static_cast<double>(phase_extent[d]) / (1 << lg[d]));
+        brick *= (1 << lg[d]) + (max_taps[d] - 1) * p.offset_step[d];
+      }
+      const double cost = tiles * (bm + 2 * brick);  // MACs per channel word vs brick words loaded
+      if (cost < best) {
+        best = cost;
+        std::copy(lg, lg + 3, t.tile_log2);
+      }
+    }
+  }
+  std::copy(max_taps, max_taps + 3, t.group_taps);
+  t.chunk = cin_words_min >= 16 ? 16 : 8;
+  const int pitch = cuda::conv_transpose_weight_pitch(bn);
+  const auto plan = [&] {
+    int volume = 1;
+    for (int d = 0; d < 3; ++d) {
+      t.brick[d] = (1 << t.tile_log2[d]) + (t.group_taps[d] - 1) * p.offset_step[d];
+      volume *= t.brick[d];
+    }
+    t.brick_plane = (volume + 31) / 32 * 32 + 8;  // fragment rows of 4 channel words land on 4 bank octets
+    const int64_t taps = static_cast<int64_t>(t.group_taps[0]) * t.group_taps[1] * t.group_taps[2];
+    t.stage_words = static_cast<int>(t.chunk * t.brick_plane + taps * t.chunk * pitch);
+    return int64_t{2} * t.stage_words * word_bytes;  // two stages: one multiplied while the next is copied in
+  };
+  while (plan() > kSharedBudget) {
+    if (t.chunk > 8) {
+      t.chunk = 8;
+      continue;
+    }
+    // Split the taps of the dimension whose halo costs the most into groups that each load their own brick.
+    int widest = -1;
+    for (int d = 0; d < 3; ++d) {
+      if (t.group_taps[d] > 1 && (widest < 0 || (t.group_taps[d] - 1) * p.offset_step[d] >
+                                                    (t.group_taps[widest] - 1) * p.offset_step[widest])) {
+        widest = d;
+      }
+    }
+    if (widest < 0) break;  // one tap per brick always fits: BM pixels x 8 words
+    t.group_taps[widest] = (t.group_taps[widest] + 1) / 2;
+  }
+  const int64_t staging = static_cast<int64_t>(bn) * cuda::conv_transpose_stage_pitch(bm) * acc_bytes;
+  t.shared_bytes = std::max(plan(), staging);
+  return t;
+}
+
+template <class Math, int BM, int BN>
+void launch(ConvTransposeParams p, const at::Tensor& weight5d, bool tf32) {
+  using Word = typename Math::Word;
+  constexpr int kCpw = Math::kChannelsPerWord;
+  const int cin_words_min = (p.cin_g + kCpw - 1) / kCpw;
+  const Tiling t = choose_tiling(p, BM, BN, sizeof(Word), sizeof(typename Math::Acc), cin_words_min);
+  p.chunk = t.chunk;
+  p.cin_words = (cin_words_min + t.chunk - 1) / t.chunk * t.chunk;
+  p.co_blocks = (p.cout_g + BN - 1) / BN;
+  p.cout_pad = p.co_blocks * BN;
+  p.brick_plane = t.brick_plane;
+  p.stage_words = t.stage_words;
+  for (int d = 0; d < 3; ++d) {
+    p.tile_log2[d] = t.tile_log2[d];
+    p.group_taps[d] = t.group_taps[d];
+    p.brick[d] = t.brick[d];
+    const int phase_extent = (p.out_size[d] + p.stride[d] - 1) / p.stride[d];
+    p.tiles[d] = (phase_extent + (1 << t.tile_log2[d]) - 1) >> t.tile_log2[d];
+  }
+  p.total_tiles = static_cast<int64_t>(p.batch) * p.groups * p.stride[0] * p.stride[1] * p.stride[2] * p.tiles[0] *
+                  p.tiles[1] * p.tiles[2] * p.co_blocks;
+
+  const at::Tensor weight = transform_weight(weight5d, p.groups, kCpw, p.cin_words, p.cout_pad, tf32);
+  p.weight = weight.data_ptr();
+
+  const auto kernel = cuda::conv_transpose_kernel<Math, BM, BN>;
+  C10_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(t.shared_bytes)));
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(p.total_tiles, int64_t{1} << 30));
+  kernel<<<grid, cuda::kConvTransposeThreads, t.shared_bytes, c10::cuda::getCurrentCUDAStream()>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Tensor cores: channel blocks of BN <= 32 (wider groups take several blocks); narrow blocks get taller tiles so each
+// B fragment serves more pixels. Every choice keeps the accumulators at <= 48 registers, so two blocks of 256
+// threads share an SM without spilling.
+template <class Math>
+void launch_tensor_core(const ConvTransposeParams& p, const at::Tensor& weight5d, bool tf32) {
+  if (p.cout_g <= 8) return launch<Math, 512, 8>(p, weight5d, tf32);
+  if (p.cout_g <= 16) return launch<Math, 512, 16>(p, weight5d, tf32);
+  if (p.cout_g <= 24) return launch<Math, 512, 24>(p, weight5d, tf32);
+  return launch<Math, 256, 32>(p, weight5d, tf32);
+}
+
+at::Tensor conv_transpose_cuda(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                               const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args) {
+  const c10::cuda::CUDAGuard guard(input.device());
+  const int64_t sd = args.spatial_dims;
+  std::vector<int64_t> sizes{input.size(0), weight.size(1) * args.groups};
+  sizes.insert(sizes.end(), args.output_size.begin(), args.output_size.end());
+  at::Tensor output = empty_output(input, sizes);
+  if (output.numel() == 0) return output;
+
+  // 2-D is 3-D with depth 1.
+  const at::Tensor input5d = sd == 2 ? input.unsqueeze(2) : input;
+  const at::Tensor weight5d = sd == 2 ? weight.unsqueeze(2) : weight;
+  const at::Tensor output5d = sd == 2 ? output.unsqueeze(2) : output;
+  at::Tensor bias_c;
+  if (bias.has_value() && bias->defined()) bias_c = bias->contiguous();
+
+  ConvTransposeParams p{};
+  p.input = input.data_ptr();
+  p.bias = bias_c.defined() ? bias_c.data_ptr() : nullptr;
+  p.output = output.data_ptr();
+  const auto to_int = [op](int64_t v, const char* what) {
+    CONVOPS_CHECK(op, v <= std::numeric_limits<int>::max() / 4, what, " ", v, " is too large for the CUDA kernel");
+    return static_cast<int>(v);
+  };
+  p.batch = to_int(input.size(0), "batch");
+  p.groups = to_int(args.groups, "groups");
+  p.cin_g = to_int(input.size(1) / args.groups, "input channels");
+  p.cout_g = to_int(weight.size(1), "output channels");
+  for (int d = 0; d < 3; ++d) {
+    const int64_t a = d - (3 - sd);  // index into the per-dimension args; < 0 is the depth of a 2-D call
+    p.in_size[d] = to_int(input5d.size(2 + d), "input size");
+    p.out_size[d] = to_int(output5d.size(2 + d), "output size");
+    p.kernel[d] = to_int(weight5d.size(2 + d), "kernel size");
+    p.stride[d] = a < 0 ? 1 : to_int(args.stride[a], "stride");
+    p.padding[d] = a < 0 ? 0 : to_int(args.padding[a], "padding");
+    p.dilation[d] = a < 0 ? 1 : to_int(args.dilation[a], "dilation");
+    const int g = std::gcd(p.stride[d], p.dilation[d]);
+    p.tap_step[d] = p.stride[d] / g;
+    p.offset_step[d] = p.dilation[d] / g;
+  }
+  for (int i = 0; i < 5; ++i) {
+    p.in_stride[i] = input5d.stride(i);
+    p.out_stride[i] = output5d.stride(i);
+  }
+
+  switch (input.scalar_type()) {
+    case at::kFloat:
+      if (conv_allows_tf32(input)) {
+        launch_tensor_core<cuda::Tf32Mma>(p, weight5d, /*tf32=*/true);
+      } else {
+        launch<cuda::Fma<float>, 256, 32>(p, weight5d, false);
+      }
+      break;
+    case at::kDouble:
+      launch<cuda::Fma<double>, 128, 32>(p, weight5d, false);
+      break;
+    case at::kBFloat16:
+      launch_tensor_core<cuda::Bf16Mma>(p, weight5d, false);
+      break;
+    case at::kHalf:
+      launch_tensor_core<cuda::F16Mma>(p, weight5d, false);
+      break;
+    default:
+      CONVOPS_CHECK(op, false, "unsupported dtype ", input.scalar_type());
+  }
+  return output;
+}
+
+at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weight,
+                                 const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                 at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
+                                 at::IntArrayRef dilation) {
+  return run_conv_transpose("convops::conv_transpose2d", conv_transpose_cuda, input, weight, bias, stride, padding,
+                            output_padding, groups, dilation, 2);
+}
+
+at::Tensor conv_transpose3d_cuda(const at::Tensor& input, const at::Tensor& weight,
+                                 const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                 at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
+                                 at::IntArrayRef dilation) {
+  return run_conv_transpose("convops::conv_transpose3d", conv_transpose_cuda, input, weight, bias, stride, padding,
+                            output_padding, groups, dilation, 3);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(convops, CUDA, m) {
+  m.impl("conv_transpose2d", conv_transpose2d_cuda);
+  m.impl("conv_transpose3d", conv_transpose3d_cuda);
+}
+
+}  // namespace convops

@@ -1,0 +1,252 @@
+"""convops::conv_transpose2d / conv_transpose3d against F.conv_transpose2d / conv_transpose3d."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import convops
+from common_utils import (DEVICES, DTYPES, LAYOUTS, allow_tf32, assert_close, assert_output_layout, make_tensor,
+                          opcheck, poison_allocator, reference, tf32_active)
+
+OPS = {2: (convops.conv_transpose2d, F.conv_transpose2d, torch.ops.convops.conv_transpose2d.default),
+       3: (convops.conv_transpose3d, F.conv_transpose3d, torch.ops.convops.conv_transpose3d.default)}
+
+
+@dataclass(frozen=True)
+class Case:
+    batch: int
+    in_channels: int
+    out_channels: int  # per group
+    spatial: tuple
+    kernel: tuple
+    stride: tuple
+    padding: tuple
+    output_padding: tuple
+    dilation: tuple
+    groups: int = 1
+    bias: bool = True
+
+    @property
+    def dims(self) -> int:
+        return len(self.spatial)
+
+    def params(self) -> dict:
+        return dict(stride=self.stride, padding=self.padding, output_padding=self.output_padding,
+                    groups=self.groups, dilation=self.dilation)
+
+    def tensors(self, dtype, device, layout="contiguous", requires_grad=False):
+        x = make_tensor((self.batch, self.in_channels * self.groups, *self.spatial), dtype, device, layout,
+                        requires_grad=requires_grad)
+        w = make_tensor((self.in_channels * self.groups, self.out_channels, *self.kernel), dtype, device,
+                        requires_grad=requires_grad)
+        b = (make_tensor((self.out_channels * self.groups,), dtype, device, requires_grad=requires_grad)
+             if self.bias else None)
+        return x, w, b
+
+
+def random_case(rng: random.Random, dims: int, max_channels: int, max_spatial: int) -> Case:
+    """A random point of the parameter space with a positive output size."""
+    kernel = tuple(rng.randint(1, 7 if dims == 2 else 4) for _ in range(dims))
+    stride = tuple(rng.choice([1, 1, 2, 3]) for _ in range(dims))
+    dilation = tuple(rng.choice([1, 1, 2, 3]) for _ in range(dims))
+    spatial = tuple(rng.randint(1, max_spatial) for _ in range(dims))
+    output_padding = tuple(rng.randint(0, max(s, d) - 1) for s, d in zip(stride, dilation))
+    padding = []
+    for i, s, k, d, op in zip(spatial, stride, kernel, dilation, output_padding):
+        largest = ((i - 1) * s + d * (k - 1) + op) // 2  # keeps the output size positive
+        padding.append(min(rng.randint(0, 3), largest))
+    return Case(batch=rng.choice([0, 1, 1, 3]), in_channels=rng.randint(1, max_channels),
+                out_channels=rng.randint(1, max_channels), spatial=spatial, kernel=kernel, stride=stride,
+                padding=tuple(padding), output_padding=output_padding, dilation=dilation,
+                groups=rng.choice([1, 1, 2, 3]), bias=rng.random() < 0.7)
+
+
+# Named cases for the paths a random grid may miss: the seeds' structure at small size, wide channel blocks and
+# several input-channel chunks, phases no tap reaches (stride > kernel), output_padding under a large dilation,
+# odd channel counts per group (the last bf16/fp16 channel pair), and halos too wide for one shared-memory brick.
+NAMED = {
+    "seed3d_small": Case(2, 48, 24, (5, 7, 9), (3, 3, 3), (1,) * 3, (0,) * 3, (0,) * 3, (1,) * 3, bias=False),
+    "seed2d_small": Case(2, 64, 64, (13, 37), (3, 7), (1, 1), (0, 0), (0, 0), (1, 1), bias=False),
+    "wide_channels": Case(1, 40, 70, (6, 9), (3, 3), (2, 1), (1, 0), (1, 0), (1, 1)),
+    "phases_without_taps": Case(2, 3, 5, (4, 5), (2, 1), (3, 4), (0, 1), (2, 3), (1, 1)),
+    "output_padding_by_dilation": Case(1, 4, 6, (5, 6, 4), (3, 2, 2), (1, 2, 1), (1, 0, 2), (2, 1, 1), (3, 2, 2)),
+    "odd_group_channels": Case(2, 3, 3, (7, 6), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), groups=3),
+    "huge_halo_3d": Case(1, 5, 7, (4, 5, 6), (7, 7, 7), (1,) * 3, (2,) * 3, (0,) * 3, (3,) * 3),
+    "large_kernel_2d": Case(2, 9, 17, (21, 19), (7, 7), (1, 1), (3, 3), (0, 0), (1, 1)),
+    "stride_and_dilation_coprime": Case(1, 6, 10, (6, 7, 5), (3, 4, 2), (2, 3, 2), (1, 2, 0), (1, 2, 0), (3, 2, 1)),
+    "many_tiles": Case(3, 4, 12, (40, 70), (2, 3), (2, 1), (0, 1), (1, 0), (1, 1)),
+}
+
+
+def sampled_grid(device: str):
+    """A deterministic sample of (case, dtype, layout): the CPU part stays small, the CUDA part goes wider."""
+    rng = random.Random(1234)
+    count, channels, spatial = (120, 4, 6) if device == "cpu" else (250, 20, 12)
+    dtypes = DTYPES + [torch.float64]
+    grid = [(random_case(rng, rng.choice([2, 3]), channels, spatial), rng.choice(dtypes), rng.choice(LAYOUTS))
+            for _ in range(count)]
+    for case in NAMED.values():
+        grid += [(case, dtype, rng.choice(LAYOUTS)) for dtype in dtypes]
+    return grid
+
+
+def tf32_accumulation_tolerance(case: Case, tf32: bool) -> dict:
+    """TF32 tensor cores (ours and cuDNN's alike) add in fp32 with truncation, so their error grows with the
+    reduction length K = C_in/groups x taps; strict fp32 (FFMA, round-to-nearest) keeps the default tolerance."""
+    if not tf32:
+        return {}
+    k = case.in_channels * torch.Size(case.kernel).numel()
+    tol = 5e-5 * max(1.0, k / 128)
+    return dict(atol=tol, rtol=tol)
+
+
+def check_against_aten(case: Case, dtype, device, layout, tf32: bool | None = None):
+    ours, aten, _ = OPS[case.dims]
+    x, w, b = case.tensors(dtype, device, layout)
+    out_elems = case.batch * case.out_channels * case.groups * 10 ** case.dims  # roughly: poisons a similar block
+    poison_allocator(device, out_elems * x.element_size())
+    with allow_tf32(torch.backends.cudnn.allow_tf32 if tf32 is None else tf32):
+        y = ours(x, w, b, **case.params())
+        rounded = tf32_active(x)
+    bias64 = None if b is None else b.detach().cpu().double()
+    expected = reference(lambda x, w: aten(x, w, bias64, **case.params()), x, w, tf32_inputs=rounded)
+    assert y.shape == expected.shape and y.dtype == dtype and y.device == x.device
+    assert_close(y, expected, dtype, **tf32_accumulation_tolerance(case, rounded))
+    assert_output_layout(y, x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_matches_aten_on_sampled_grid(device):
+    for case, dtype, layout in sampled_grid(device):
+        if dtype == torch.float32 and device == "cuda":
+            for tf32 in (True, False):
+                check_against_aten(case, dtype, device, layout, tf32)
+        else:
+            check_against_aten(case, dtype, device, layout)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(NAMED))
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_named_cases_fp32(device, name, layout):
+    check_against_aten(NAMED[name], torch.float32, device, layout)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dims", [2, 3])
+def test_unbatched_input(device, dims):
+    ours, aten, _ = OPS[dims]
+    x = make_tensor((4, *(5,) * dims), torch.float32, device)
+    w = make_tensor((4, 3, *(3,) * dims), torch.float32, device)
+    y = ours(x, w, None, 2, 1, 1, 2, 1)
+    expected = reference(lambda x, w: aten(x, w, None, 2, 1, 1, 2, 1), x, w, tf32_inputs=tf32_active(x))
+    assert y.is_contiguous()
+    assert_close(y, expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scalar_parameters_broadcast(device):
+    x = make_tensor((2, 4, 5, 6), torch.float32, device)
+    w = make_tensor((4, 3, 3, 2), torch.float32, device)
+    y = convops.conv_transpose2d(x, w, None, stride=2, padding=1, output_padding=1, groups=2, dilation=2)
+    expected = reference(lambda x, w: F.conv_transpose2d(x, w, None, 2, 1, 1, 2, 2), x, w,
+                         tf32_inputs=tf32_active(x))
+    assert_close(y, expected)
+
+
+def _bad_calls(device):
+    """(op, args, kwargs) triples that ATen rejects and so must we."""
+    f32 = dict(dtype=torch.float32, device=device)
+    x2, w2 = torch.randn(1, 4, 5, 5, **f32), torch.randn(4, 3, 3, 3, **f32)
+    x3, w3 = torch.randn(1, 4, 3, 3, 3, **f32), torch.randn(4, 3, 2, 2, 2, **f32)
+    ct2, ct3 = convops.conv_transpose2d, convops.conv_transpose3d
+    calls = [
+        (ct2, (torch.randn(4, 5, **f32), w2), {}),                                   # input rank
+        (ct2, (x2, torch.randn(4, 3, 3, **f32)), {}),                                # weight rank
+        (ct3, (x2, w3), {}),                                                         # 2-D input to the 3-D op
+        (ct2, (x2, w2.double()), {}),                                                # dtype mismatch
+        (ct2, (x2.int(), w2.int()), {}),                                             # not floating
+        (ct2, (x2, torch.randn(5, 3, 3, 3, **f32)), {}),                             # channels vs weight
+        (ct2, (x2, w2), dict(groups=0)),                                             # groups
+        (ct2, (x2, w2), dict(groups=3)),                                             # groups do not divide C_in
+        (ct2, (x2, w2, torch.randn(4, **f32)), {}),                                  # bias shape
+        (ct2, (x2, w2, torch.randn(3, 1, **f32)), {}),                               # bias rank
+        (ct2, (x2, w2), dict(stride=0)),
+        (ct2, (x2, w2), dict(stride=(1, -2))),
+        (ct2, (x2, w2), dict(dilation=0)),
+        (ct2, (x2, w2), dict(padding=-1)),
+        (ct2, (x2, w2), dict(output_padding=-1)),
+        (ct2, (x2, w2), dict(stride=2, output_padding=2)),                           # >= stride and dilation
+        (ct3, (x3, w3), dict(output_padding=(0, 1, 0))),
+        (ct2, (x2, w2), dict(stride=(1, 2, 3))),                                     # wrong length
+        (ct2, (torch.randn(1, 2, 1, 1, **f32), torch.randn(2, 3, 1, 1, **f32)), dict(padding=1)),  # output <= 0
+        (ct2, (x2, torch.randn(4, 3, 0, 3, **f32)), {}),                             # empty kernel
+        (ct2, (torch.randn(1, 4, 0, 5, **f32), w2), {}),                             # empty spatial input
+        (ct3, (x3, w3), dict(stride=(1, 1))),
+    ]
+    if device == "cuda":
+        calls.append((ct2, (x2, w2.cpu()), {}))                                      # device mismatch
+        calls.append((ct2, (x2, w2, torch.randn(3)), {}))                           # bias device
+    return calls
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_errors_name_the_op(device):
+    for op, args, kwargs in _bad_calls(device):
+        name = "conv_transpose3d" if op is convops.conv_transpose3d else "conv_transpose2d"
+        with pytest.raises(RuntimeError, match=f"convops::{name}"):
+            op(*args, **kwargs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_batch(device):
+    x = make_tensor((0, 4, 5, 6, 3), torch.float32, device)
+    w = make_tensor((4, 2, 3, 3, 3), torch.float32, device)
+    y = convops.conv_transpose3d(x, w, None, 2, 1, 1, 2, 1)
+    assert y.shape == F.conv_transpose3d(x, w, None, 2, 1, 1, 2, 1).shape
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_opcheck(device, dims, requires_grad, layout):
+    case = Case(2, 2, 3, (4,) * dims, (2,) * dims, (2,) * dims, (1,) * dims, (1,) * dims, (1,) * dims, groups=2)
+    x, w, b = case.tensors(torch.float32, device, layout, requires_grad=requires_grad)
+    p = case.params()
+    opcheck(OPS[dims][2], (x, w, b, p["stride"], p["padding"], p["output_padding"], p["groups"], p["dilation"]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dims", [2, 3])
+def test_gradcheck_float64(device, dims):
+    case = Case(1, 1, 2, (2,) * dims, (2,) * dims, (2,) * dims, (1,) * dims, (1,) * dims, (2,) * dims, groups=2)
+    x, w, b = case.tensors(torch.float64, device, requires_grad=True)
+    ours = OPS[dims][0]
+    assert torch.autograd.gradcheck(lambda x, w, b: ours(x, w, b, **case.params()), (x, w, b), fast_mode=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("wanted", ["all", "input", "weight", "bias"])
+def test_gradients_match_aten(device, wanted):
+    case = NAMED["stride_and_dilation_coprime"]
+    ours, aten, _ = OPS[case.dims]
+    tensors = case.tensors(torch.float32, device)
+    flags = {"all": (True, True, True), "input": (True, False, False), "weight": (False, True, False),
+             "bias": (False, False, True)}[wanted]
+    with allow_tf32(False):
+        grads = []
+        for fn in (ours, aten):
+            leaves = [t.detach().clone().requires_grad_(f) for t, f in zip(tensors, flags)]
+            y = fn(*leaves, **case.params())
+            torch.manual_seed(1)
+            y.backward(torch.randn_like(y))
+            grads.append([t.grad for t in leaves])
+    for got, want, flag in zip(*grads, flags):
+        assert (got is None) == (not flag)
+        if flag:
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
