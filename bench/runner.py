@@ -1,0 +1,148 @@
+"""One case in one precision mode: build the model, check every column against eager, then time it."""
+from __future__ import annotations
+
+import math
+import time
+import zlib
+from dataclasses import dataclass, field
+
+import torch
+
+from .cases import Case
+from .columns import BASELINES, Unavailable, make_runner
+from .floors import Ceilings, flops, min_bytes
+from .timing import Mode, bench_ms, check, first_call_ms, make_inputs, rotating, rotation_count
+
+
+# A max-autotune compile is started only with this much budget left: the slowest seen took about 50 s (the
+# depthwise-separable seed: its 1x1 conv is autotuned as a matmul over 21 choices on 4M rows).
+AUTOTUNE_RESERVE_S = 50.0
+
+
+@dataclass
+class Plan:
+    """What the run may do, and when it must stop starting expensive work."""
+    columns: tuple[str, ...]
+    autotune: str                   # which (case, mode) pairs get the max-autotune column; see wants_autotune
+    deadline: float                 # time.monotonic() after which nothing new starts
+    budget_s: float
+    l2_bytes: int
+    ceilings: Ceilings | None
+    backend: object | None = None
+    backend_note: str = ""
+    skipped_for_budget: list = field(default_factory=list)
+
+    def time_left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def wants_autotune(self, case: Case, mode: Mode) -> bool:
+        """all: everywhere; default: the seeds in every mode and the --quick sweep cases in tf32 mode; seeds: the
+        seeds in tf32 mode; none."""
+        return {"all": True, "none": False, "seeds": case.is_seed and mode.name == "tf32",
+                "default": case.is_seed or (case.quick and mode.name == "tf32")}[self.autotune]
+
+    def skip_reason(self, column: str, case: Case, mode: Mode) -> str | None:
+        """Compiled columns give way as the budget runs out, so that the run ends in time with every
+        convops-vs-eager number; max-autotune starts only with AUTOTUNE_RESERVE_S left."""
+        if column in ("eager", "convops_op"):
+            return None
+        if column == "max_autotune" and not self.wants_autotune(case, mode):
+            return f"skipped (--autotune {self.autotune})"
+        reserve = AUTOTUNE_RESERVE_S if column == "max_autotune" else 0.05 * self.budget_s
+        if self.time_left() < reserve:
+            self.skipped_for_budget.append((case.name, mode.name, column))
+            return "skipped (time budget)"
+        return None
+
+
+def _column_result(status: str, ms=None, max_error=None, first_call_s=None, note=""):
+    return {"status": status, "ms": ms, "max_error": max_error, "first_call_s": first_call_s, "note": note}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:160] if text else ''}"
+
+
+def run_case(case: Case, mode: Mode, plan: Plan, columns: tuple[str, ...] | None = None, device: str = "cuda",
+             timer=None) -> dict:
+    """The given columns (default: the plan's) of one case in one mode. `timer(fn) -> ms` defaults to the CUDA
+    do_bench timer."""
+    timer = timer or _cuda_timer
+    torch.manual_seed(zlib.crc32(case.name.encode()))  # the same parameters and inputs in every run
+    model = case.make().to(device=device, dtype=mode.dtype).eval()
+    element = torch.empty((), dtype=mode.dtype).element_size()
+    set_bytes = math.prod(case.input_shape) * element
+    inputs = make_inputs(case.input_shape, mode.dtype, device, case.input_dist,
+                         rotation_count(set_bytes, plan.l2_bytes) if device == "cuda" else 1)
+    record = {"case": case.name, "group": case.group, "op": model.op, "mode": mode.name, "dtype": str(mode.dtype),
+              "input_shape": list(case.input_shape), "input_sets": len(inputs), "columns": {}}
+    results = record["columns"]
+    with torch.no_grad(), mode.active():
+        try:
+            expected = model(inputs[0])
+        except Exception as exc:
+            results["eager"] = _column_result("error", note=_first_line(exc))
+            return record
+        record["output_shape"] = list(expected.shape)
+        record["flops"] = flops(model, case.input_shape)
+        record["min_bytes"] = min_bytes(model, case.input_shape, expected.shape, element)
+        if plan.ceilings is not None:
+            record["floor_ms"], record["floor_bound"] = plan.ceilings.floor_ms(record["min_bytes"], record["flops"],
+                                                                               mode.rate_key)
+        for column in columns or plan.columns:
+            skip = plan.skip_reason(column, case, mode)
+            if skip:
+                results[column] = _column_result("skipped", note=skip)
+                continue
+            results[column] = _run_column(column, model, inputs, expected, mode, plan, timer)
+        del expected
+    summarize(record)
+    return record
+
+
+def _run_column(column, model, inputs, expected, mode, plan, timer) -> dict:
+    try:
+        fn = make_runner(column, model, plan.backend, plan.backend_note)
+    except Unavailable as why:
+        status = "missing" if str(why).startswith("missing") else "n/a"
+        return _column_result(status, note=str(why))
+    try:
+        start = time.perf_counter()
+        actual = fn(inputs[0])
+        if actual.is_cuda:
+            torch.cuda.synchronize()
+        first_call_s = time.perf_counter() - start
+        verdict = check(actual, expected, mode)
+        del actual
+        if not verdict.ok:
+            return _column_result("fail", max_error=verdict.max_error, first_call_s=first_call_s, note=verdict.note)
+        ms = timer(rotating(fn, inputs))
+        return _column_result("ok", ms=ms, max_error=verdict.max_error, first_call_s=first_call_s)
+    except torch.cuda.OutOfMemoryError as exc:
+        torch.cuda.empty_cache()
+        return _column_result("error", note=_first_line(exc))
+    except Exception as exc:
+        return _column_result("error", note=_first_line(exc))
+
+
+def _cuda_timer(fn) -> float:
+    return bench_ms(fn, first_call_ms(fn))
+
+
+def _ms(columns: dict, name: str) -> float | None:
+    col = columns.get(name)
+    return col["ms"] if col and col["status"] == "ok" else None
+
+
+def summarize(record: dict) -> None:
+    """Speedup of the convops op (and of the backend) over the best baseline that ran, and fraction of the floor."""
+    columns = record["columns"]
+    baselines = {name: _ms(columns, name) for name in BASELINES if _ms(columns, name) is not None}
+    best = min(baselines, key=baselines.get) if baselines else None
+    record["best_baseline"] = best
+    for key, column in (("speedup", "convops_op"), ("backend_speedup", "convops_backend")):
+        ms = _ms(columns, column)
+        record[key] = baselines[best] / ms if best and ms else None
+    op_ms = _ms(columns, "convops_op")
+    record["floor_fraction"] = record["floor_ms"] / op_ms if op_ms and record.get("floor_ms") else None

@@ -1,0 +1,223 @@
+"""The demo (python -m convops.demo) at reduced sizes on the CPU, and the benchmark's case definitions, floor
+arithmetic, runner and report on the CPU (no GPU or triton needed)."""
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from convops import demo
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ lives beside the package, not inside it
+from bench import cases as bench_cases  # noqa: E402
+from bench import floors, report, runner, timing  # noqa: E402
+
+
+# ---------------------------------------------------------------------------------------------------------- demo ----
+
+def test_demo_reduced_cpu_matches_pytorch():
+    rows = demo.run_demo("cpu")
+    assert [r.op for r in rows] == ["depthwise_conv2d", "depthwise_separable_conv2d", "conv_transpose2d",
+                                    "conv_transpose3d", "conv2d_group_norm_scale_max_pool_clamp"]
+    for r in rows:
+        assert r.status == "pass", (r.problem, r.status, r.max_error, r.note)
+        assert r.max_error <= demo.ATOL
+
+
+def test_demo_main_prints_table(capsys):
+    assert demo.main(["--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "5/5 problems match PyTorch" in out
+    for name in ("L1-82", "L1-86", "L1-65", "L1-70", "L2-85"):
+        assert name in out
+
+
+def test_demo_reports_a_wrong_result_as_fail(monkeypatch):
+    problem = demo.seed_problems(reduced=True)[0]
+    model_cls = type(problem.make())
+    monkeypatch.setattr(model_cls, "convops_forward", lambda self, x: self.forward(x) + 1e-2)
+    row = demo.run_problem(problem, torch.device("cpu"), timed=False)
+    assert row.status == "FAIL" and row.max_error == pytest.approx(1e-2, rel=1e-3)
+
+
+def test_demo_modules_equal_their_pytorch_forms():
+    """The convops_forward of every module computes the module's forward (the bench relies on it)."""
+    for problem in demo.seed_problems(reduced=True):
+        torch.manual_seed(0)
+        model = problem.make().double()
+        x = torch.rand(problem.input_shape, dtype=torch.float64)
+        with torch.no_grad():
+            torch.testing.assert_close(model.convops_forward(x), model(x))
+
+
+def test_seed_shapes_are_the_seed_problems():
+    shapes = [p.input_shape for p in demo.seed_problems()]
+    assert shapes == [(16, 64, 512, 512), (16, 64, 512, 512), (8, 64, 512, 512), (8, 48, 96, 96, 96),
+                      (128, 8, 128, 128)]
+
+
+# ------------------------------------------------------------------------------------------------------ bench ----
+
+def _meta_output(case):
+    with torch.device("meta"):
+        model = case.make()
+        return model, model(torch.empty(case.input_shape))
+
+
+def test_bench_cases_are_well_formed():
+    cases = bench_cases.all_cases()
+    names = [c.name for c in cases]
+    assert len(names) == len(set(names))
+    assert {c.group for c in cases} == {"seed", "mobilenet_v2", "efficientnet_b0", "convnext_t", "unet", "vae3d",
+                                        "gn_block"}
+    assert all(re.fullmatch(r"[\w.\-]+/[\w.\-]+", n) for n in names)
+    quick = bench_cases.select(cases, quick=True)
+    assert len([c for c in quick if c.is_seed]) == 5
+    assert {c.group for c in quick} == {c.group for c in cases}      # quick touches every family
+    assert len(quick) == len(bench_cases.QUICK_SWEEP) + 5
+    for case in cases:
+        model, out = _meta_output(case)
+        assert out.numel() > 0, case.name
+        assert floors.flops(model, case.input_shape) > 0
+        assert floors.min_bytes(model, case.input_shape, out.shape, 4) > 0
+
+
+def test_bench_case_selection():
+    cases = bench_cases.all_cases()
+    assert [c.name for c in bench_cases.select(cases, "L1-70")] == ["seed/L1-70_conv_transpose3d"]
+    convnext = bench_cases.select(cases, r"^convnext_t/dw_b(1|32)_")
+    assert len(convnext) == 8 and all(c.make().conv.kernel_size == (7, 7) for c in convnext)
+
+
+def test_bench_real_layer_configs():
+    """Spot checks of the published architectures (torchvision MobileNetV2 / EfficientNet-B0, ConvNeXt-T)."""
+    by_name = {c.name: c for c in bench_cases.all_cases()}
+    mb = by_name["mobilenet_v2/dws_b32_c144_h56_k3_s2_o32"].make()
+    assert (mb.depthwise.stride, mb.depthwise.padding, mb.depthwise.groups) == ((2, 2), (1, 1), 144)
+    assert mb.pointwise.out_channels == 32 and mb.depthwise.bias is None
+    eff = by_name["efficientnet_b0/dw_b32_c1152_h7_k5_s1"].make()
+    assert eff.conv.kernel_size == (5, 5) and eff.conv.padding == (2, 2)
+    cnx = by_name["convnext_t/dws_b1_c768_h7_k7_s1_o3072"].make()
+    assert cnx.depthwise.padding == (3, 3) and cnx.depthwise.bias is not None and cnx.pointwise.out_channels == 3072
+    up = by_name["unet/convT2d_b8_c256-128_h64_k3_s2_p1_op1"]
+    _, out = _meta_output(up)
+    assert tuple(out.shape) == (8, 128, 128, 128)         # stride 2 with output_padding doubles the size exactly
+
+
+def test_bench_floors_match_the_anchor_arithmetic():
+    """../shared/anchors/README.md: bytes and GFLOP of the five seeds."""
+    expected = {"L1-82": (2.14, 4.8), "L1-86": (3.22, 73.6), "L1-65": (1.08, 360.8), "L1-70": (2.08, 440.3),
+                "L2-85": (0.10, 18.7)}
+    for case in bench_cases.select(bench_cases.all_cases(), "^seed/"):
+        model, out = _meta_output(case)
+        gb = floors.min_bytes(model, case.input_shape, out.shape, 4) / 1e9
+        gflop = floors.flops(model, case.input_shape) / 1e9
+        want_gb, want_gflop = expected[case.name.split("/")[1][:5]]
+        assert gb == pytest.approx(want_gb, abs=0.01) and gflop == pytest.approx(want_gflop, rel=2e-3), case.name
+    ceilings = floors.Ceilings(4.25e12, {"tf32": 395e12, "fp32": 60e12, "bf16": 790e12})
+    ms, bound = ceilings.floor_ms(int(1.08e9), int(360.8e9), "tf32")
+    assert bound == "compute" and ms == pytest.approx(0.913, rel=1e-2)
+
+
+def test_rotation_exceeds_l2():
+    l2 = 50 * 2**20
+    assert timing.rotation_count(2 * 2**30, l2) == 1
+    n = timing.rotation_count(150_000, l2)
+    assert n * 150_000 >= 3 * l2
+    assert timing.rotation_count(1, l2) == 4096
+
+
+def test_check_tolerances():
+    mode = timing.MODES["fp32"]
+    ref = torch.randn(100)
+    assert timing.check(ref + 5e-5, ref, mode).ok
+    assert not timing.check(ref + 1e-2, ref, mode).ok
+    nan = ref.clone()
+    nan[3] = float("nan")
+    assert not timing.check(nan, ref, mode).ok
+    assert not timing.check(ref[:50], ref, mode).ok
+
+
+def _cpu_plan(columns):
+    return runner.Plan(columns=columns, autotune="none", deadline=math.inf, budget_s=math.inf, l2_bytes=0,
+                       ceilings=floors.Ceilings(1e12, {"tf32": 1e14, "fp32": 1e13, "bf16": 2e14}))
+
+
+def test_bench_runner_on_cpu(tmp_path):
+    """The per-case runner end to end on the CPU with a tiny case: correctness check, timing, speedup, floor,
+    a compiled column (backend="eager", no C++ toolchain needed), and the report files."""
+    case = bench_cases.Case("seed/tiny_dws", lambda: demo.DepthwiseSeparableConv2d(4, 8, 3, padding=1),
+                            (2, 4, 9, 9))
+    plan = _cpu_plan(("eager", "max_autotune", "convops_op", "convops_backend"))
+    plan.backend, plan.backend_note = "eager", ""
+    times = iter([2.0, 1.0, 0.5])
+    record = runner.run_case(case, timing.MODES["tf32"], plan, device="cpu", timer=lambda fn: (fn(), next(times))[1])
+    cols = record["columns"]
+    assert cols["eager"]["status"] == "ok" and cols["convops_op"]["status"] == "ok", cols
+    assert cols["max_autotune"]["status"] == "skipped"         # --autotune none
+    assert cols["convops_op"]["max_error"] < 1e-5
+    assert record["speedup"] == pytest.approx(2.0 / 1.0) and record["best_baseline"] == "eager"
+    assert record["backend_speedup"] == pytest.approx(4.0)
+    assert record["floor_ms"] > 0 and record["floor_fraction"] == pytest.approx(record["floor_ms"] / 1.0)
+
+    meta = {"card": "cpu", "torch": torch.__version__, "date": "now"}
+    report.write_json(str(tmp_path / "r.json"), meta, [record])
+    assert json.loads((tmp_path / "r.json").read_text())["results"][0]["case"] == "seed/tiny_dws"
+    report.write_markdown(str(tmp_path / "r.md"), meta, [record], plan.columns)
+    text = (tmp_path / "r.md").read_text()
+    assert "seed/tiny_dws" in text and "2.00x" in text
+    assert "seeds [tf32]: 2.00x" in report.summary([record])
+
+
+def test_bench_runner_reports_wrong_and_missing(monkeypatch):
+    case = bench_cases.Case("gn_block/tiny", lambda: demo.ConvGroupNormScaleMaxPoolClamp(
+        3, 8, 3, 4, 2, None, 0.5, scale_init="negative"), (2, 3, 10, 10))
+    plan = _cpu_plan(("eager", "convops_op", "convops_backend"))
+    plan.backend, plan.backend_note = None, "n/a (no convops.backend)"
+    monkeypatch.setattr(demo.ConvGroupNormScaleMaxPoolClamp, "convops_forward", lambda self, x: self(x) * 1.5)
+    record = runner.run_case(case, timing.MODES["fp32"], plan, device="cpu", timer=lambda fn: 1.0)
+    assert record["columns"]["convops_op"]["status"] == "fail" and record["columns"]["convops_op"]["ms"] is None
+    assert record["columns"]["convops_backend"]["status"] == "n/a"
+    assert record["speedup"] is None
+    assert any("FAIL" in line or "fail" in line for line in report.problems([record]))
+
+    monkeypatch.setattr(demo, "op_unavailable", lambda op, device: "op not built")
+    monkeypatch.setattr("bench.columns.op_unavailable", lambda op, device: "op not built")
+    record = runner.run_case(case, timing.MODES["fp32"], plan, device="cpu", timer=lambda fn: 1.0)
+    assert record["columns"]["convops_op"]["status"] == "missing"
+    assert "missing" in report.table([record], plan.columns)
+
+
+def test_bench_chart(tmp_path):
+    pytest.importorskip("matplotlib")
+    records = [{"case": "seed/a", "group": "seed", "mode": m, "speedup": s, "columns": {}}
+               for m, s in (("tf32", 2.0), ("bf16", 0.8))]
+    assert report.write_chart(str(tmp_path / "c.png"), records, "t") is None
+    assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_bench_autotune_order_and_budget():
+    """max-autotune runs last, tf32 first, seeds before the sweep, transposed convs (cheap to autotune) first; the
+    --quick policy keeps it to the seeds in tf32 mode; work order puts every seed mode before the sweep."""
+    from bench import run as bench_run
+    args = bench_run.parse_args([])
+    cases = bench_cases.all_cases()
+    items = bench_run.work_items(cases, args)
+    assert len(items) == 3 * len(cases) and all(c.is_seed for c, _ in items[:15])
+    plan = runner.Plan(columns=args.columns, autotune=args.autotune, deadline=math.inf, budget_s=args.budget_s,
+                       l2_bytes=0, ceilings=None)
+    tuned = bench_run.autotune_items(items, plan)
+    head = [(c.name.split("/")[1][:5], m.name) for c, m in tuned[:5]]
+    assert head == [("L1-65", "tf32"), ("L1-70", "tf32"), ("L1-82", "tf32"), ("L1-86", "tf32"), ("L2-85", "tf32")]
+    assert len(tuned) == 15 + len(bench_cases.QUICK_SWEEP)
+    quick = bench_run.parse_args(["--quick"])
+    plan.autotune = quick.autotune
+    assert len(bench_run.autotune_items(bench_run.work_items(bench_cases.select(cases, quick=True), quick), plan)) == 5
+    plan.deadline = 0.0  # budget spent: compiled columns give way, eager and the op still run
+    case, mode = items[0]
+    assert plan.skip_reason("max_autotune", case, mode) == "skipped (time budget)"
+    assert plan.skip_reason("inductor", case, mode) == "skipped (time budget)"
+    assert plan.skip_reason("convops_op", case, mode) is None
