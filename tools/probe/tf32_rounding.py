@@ -28,7 +28,12 @@ for name, (fn, xs, ws) in cases.items():
     x = torch.rand(xs, device="cuda")
     w = torch.rand(ws, device="cuda") * 2 - 1
     y = fn(x, w).double()
-    for xr, wr in [(rna, rna), (trunc, rna), (rna, trunc), (trunc, trunc), (same, same)]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn(x, w)
+        torch.cuda.synchronize()
+    kernels = sorted({e.key for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA})
+    print(f"{name:32s} cuDNN kernels: {kernels}")
+    for xr, wr in [(rna, rna), (trunc, rna), (rna, trunc), (trunc, trunc), (same, same), (same, rna), (rna, same)]:
         ref = fn(xr(x).double(), wr(w).double())
         err = (y - ref).abs().max().item()
         print(f"{name:32s} x:{xr.__name__:5s} w:{wr.__name__:5s} max|cudnn - ref| = {err:.2e}  (|y|max {ref.abs().max().item():.1f})")
