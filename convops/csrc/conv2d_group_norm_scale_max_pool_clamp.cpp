@@ -42,6 +42,9 @@ ConvGnPoolGeometry check_conv2d_group_norm_scale_max_pool_clamp(
   const int64_t in_channels = input.size(1);
   const int64_t out_channels = weight.size(0);
   CONVOPS_CHECK(kOp, in_channels > 0, "input must have at least one channel, got shape ", input.sizes());
+  // As in ATen, only the batch may be empty (padding could otherwise make an empty image a valid one).
+  CONVOPS_CHECK(kOp, input.size(2) > 0 && input.size(3) > 0, "only an empty batch may be empty, got input of shape ",
+                input.sizes());
   CONVOPS_CHECK(kOp, weight.size(1) == in_channels, "weight must have shape (C_out, C_in = ", in_channels,
                 ", kh, kw) (the convolution has groups = 1), got ", weight.sizes());
   CONVOPS_CHECK(kOp, out_channels > 0 && weight.size(2) > 0 && weight.size(3) > 0, "empty weight ", weight.sizes());
@@ -78,4 +81,5 @@ TORCH_LIBRARY_FRAGMENT(convops, m) {
       "conv2d_group_norm_scale_max_pool_clamp(Tensor input, Tensor weight, Tensor? bias, int[2] stride, "
       "int[2] padding, int[2] dilation, int num_groups, Tensor? gn_weight, Tensor? gn_bias, float eps, Tensor scale, "
       "int[2] pool_kernel, float? clamp_min=None, float? clamp_max=None) -> Tensor");
+  convops::register_non_strided_rejection(m, "conv2d_group_norm_scale_max_pool_clamp");
 }

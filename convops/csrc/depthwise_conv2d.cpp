@@ -10,24 +10,28 @@ namespace convops {
 
 DepthwiseGeometry check_depthwise_conv2d(const char* op, const at::Tensor& input, const at::Tensor& weight,
                                          const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
-                                         at::IntArrayRef padding, at::IntArrayRef dilation) {
+                                         at::IntArrayRef padding, at::IntArrayRef dilation, const char* weight_name,
+                                         const char* bias_name) {
   check_float_tensor(op, "input", input);
   check_rank(op, "input", input, 4, "(N, C_in, H, W)");
-  check_like_input(op, "weight", weight, input);
-  check_rank(op, "weight", weight, 4, "(multiplier * C_in, 1, kh, kw)");
+  check_like_input(op, weight_name, weight, input);
+  check_rank(op, weight_name, weight, 4, "(multiplier * C_in, 1, kh, kw)");
   check_param(op, "stride", stride, 2, 1);
   check_param(op, "padding", padding, 2, 0);
   check_param(op, "dilation", dilation, 2, 1);
 
   const int64_t in_channels = input.size(1);
   CONVOPS_CHECK(op, in_channels > 0, "input must have at least one channel, got shape ", input.sizes());
+  // As in ATen, only the batch may be empty (padding could otherwise make an empty image a valid one).
+  CONVOPS_CHECK(op, input.size(2) > 0 && input.size(3) > 0, "only an empty batch may be empty, got input of shape ",
+                input.sizes());
   CONVOPS_CHECK(op, weight.size(1) == 1, "a depthwise weight has one input channel per group: expected shape (",
                 "multiplier * ", in_channels, ", 1, kh, kw), got ", weight.sizes());
   CONVOPS_CHECK(op, weight.size(0) > 0 && weight.size(0) % in_channels == 0,
-                "weight.size(0) must be a positive multiple of C_in = ", in_channels, " (groups = C_in), got weight ",
-                weight.sizes());
-  CONVOPS_CHECK(op, weight.size(2) > 0 && weight.size(3) > 0, "empty kernel: weight ", weight.sizes());
-  check_optional_like_input(op, "bias", bias, input, weight.size(0));
+                weight_name, ".size(0) must be a positive multiple of C_in = ", in_channels, " (groups = C_in), got ",
+                weight_name, " ", weight.sizes());
+  CONVOPS_CHECK(op, weight.size(2) > 0 && weight.size(3) > 0, "empty kernel: ", weight_name, " ", weight.sizes());
+  check_optional_like_input(op, bias_name, bias, input, weight.size(0));
 
   const auto out = conv_output_sizes(op, input.sizes().slice(2), weight.sizes().slice(2), stride, padding, dilation);
   CONVOPS_CHECK(op, out[0] > 0 && out[1] > 0, "output size ", out, " is not positive");
@@ -45,4 +49,5 @@ TORCH_LIBRARY_FRAGMENT(convops, m) {
   m.def(
       "depthwise_conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1, int[2] padding=0, "
       "int[2] dilation=1) -> Tensor");
+  convops::register_non_strided_rejection(m, "depthwise_conv2d");
 }

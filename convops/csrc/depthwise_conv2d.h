@@ -18,9 +18,11 @@ struct DepthwiseGeometry {
 };
 
 // Validates input (N, C_in, H, W), weight (m * C_in, 1, kh, kw), optional bias (m * C_in) and the convolution
-// parameters, raising "<op>: ..." errors; returns the geometry of the depthwise stage.
+// parameters, raising "<op>: ..." errors that call the operands weight_name and bias_name; returns the geometry of
+// the depthwise stage.
 DepthwiseGeometry check_depthwise_conv2d(const char* op, const at::Tensor& input, const at::Tensor& weight,
                                          const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
-                                         at::IntArrayRef padding, at::IntArrayRef dilation);
+                                         at::IntArrayRef padding, at::IntArrayRef dilation,
+                                         const char* weight_name = "weight", const char* bias_name = "bias");
 
 }  // namespace convops

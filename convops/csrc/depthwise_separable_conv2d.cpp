@@ -15,7 +15,8 @@ DepthwiseGeometry check_depthwise_separable_conv2d(const char* op, const at::Ten
                                                    const std::optional<at::Tensor>& pointwise_bias,
                                                    at::IntArrayRef stride, at::IntArrayRef padding,
                                                    at::IntArrayRef dilation) {
-  const auto g = check_depthwise_conv2d(op, input, depthwise_weight, depthwise_bias, stride, padding, dilation);
+  const auto g = check_depthwise_conv2d(op, input, depthwise_weight, depthwise_bias, stride, padding, dilation,
+                                        "depthwise_weight", "depthwise_bias");
   check_like_input(op, "pointwise_weight", pointwise_weight, input);
   CONVOPS_CHECK(op, pointwise_weight.dim() == 4 && pointwise_weight.size(0) > 0 &&
                     pointwise_weight.size(1) == g.out_channels && pointwise_weight.size(2) == 1 &&
@@ -33,4 +34,5 @@ TORCH_LIBRARY_FRAGMENT(convops, m) {
       "depthwise_separable_conv2d(Tensor input, Tensor depthwise_weight, Tensor? depthwise_bias, "
       "Tensor pointwise_weight, Tensor? pointwise_bias=None, int[2] stride=1, int[2] padding=0, "
       "int[2] dilation=1) -> Tensor");
+  convops::register_non_strided_rejection(m, "depthwise_separable_conv2d");
 }

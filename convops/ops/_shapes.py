@@ -37,3 +37,36 @@ def check_param(op: str, name: str, values: Sequence, n: int, min_value: int) ->
     for v in values:
         torch._check(v >= min_value, lambda: f"{op}: {name} must be "
                      f"{'non-negative' if min_value == 0 else 'positive'}, got {list(values)}")
+
+
+# ---- the fake-path twins of csrc/common/checks.h, with the same messages, so a bad call fails alike on meta ----
+
+FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+
+
+def check_float_tensor(op: str, name: str, t: torch.Tensor | None) -> None:
+    torch._check(t is not None, lambda: f"{op}: {name} is undefined")  # None passed for a required Tensor
+    torch._check(t.layout == torch.strided,
+                 lambda: f"{op}: {name} must be a dense (strided) tensor, got layout {t.layout}")
+    torch._check(t.dtype in FLOAT_DTYPES,
+                 lambda: f"{op}: {name} must be float64, float32, float16 or bfloat16, got {t.dtype}")
+
+
+def check_rank(op: str, name: str, t: torch.Tensor, rank: int, layout: str) -> None:
+    torch._check(t.dim() == rank, lambda: f"{op}: expected {name} to be {rank}-D {layout}, got a {t.dim()}-D "
+                                          f"tensor of shape {tuple(t.shape)}")
+
+
+def check_like_input(op: str, name: str, t: torch.Tensor, input: torch.Tensor) -> None:
+    check_float_tensor(op, name, t)
+    torch._check(t.device == input.device, lambda: f"{op}: {name} is on {t.device} but input is on {input.device}")
+    torch._check(t.dtype == input.dtype,
+                 lambda: f"{op}: {name} has dtype {t.dtype} but input has dtype {input.dtype}")
+
+
+def check_optional_like_input(op: str, name: str, t: torch.Tensor | None, input: torch.Tensor, numel) -> None:
+    if t is None:
+        return
+    check_like_input(op, name, t, input)
+    torch._check(t.dim() == 1 and t.shape[0] == numel,
+                 lambda: f"{op}: expected {name} of shape ({numel}), got {tuple(t.shape)}")

@@ -2,6 +2,8 @@
 clamp(max_pool2d(group_norm(conv2d(x)) * scale, pool_kernel), clamp_min, clamp_max)."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import _registry, _shapes
@@ -29,24 +31,51 @@ def _pair(v):
     return list(v) * 2 if len(v) == 1 else list(v)
 
 
+def _check_scale_shape(scale: torch.Tensor, channels) -> None:
+    """(C,1,1), (1,C,1,1), (C,) or any single value, as check_scale_shape in the .cpp."""
+    if scale.numel() == 1:
+        return
+    s = tuple(scale.shape)
+    per_channel = ((len(s) == 1 and s[0] == channels) or (len(s) == 3 and s[0] == channels and s[1] == 1 and s[2] == 1)
+                   or (len(s) == 4 and s[0] == 1 and s[1] == channels and s[2] == 1 and s[3] == 1))
+    torch._check(per_channel, lambda: f"{_OP}: scale must have shape (C,1,1), (1,C,1,1), (C,) or hold a single value, "
+                                      f"with C = {channels}, got {s}")
+
+
 @_registry.register_fake(_OP)
 def _fake(input, weight, bias, stride, padding, dilation, num_groups, gn_weight, gn_bias, eps, scale, pool_kernel,
           clamp_min=None, clamp_max=None):
-    torch._check(input.dim() == 4, lambda: f"{_OP}: expected input to be 4-D (N, C_in, H, W)")
-    torch._check(weight.dim() == 4, lambda: f"{_OP}: expected weight to be 4-D (C_out, C_in, kh, kw)")
-    torch._check(weight.shape[1] == input.shape[1], lambda: f"{_OP}: weight must have C_in = input.size(1)")
+    # The checks of csrc/conv2d_group_norm_scale_max_pool_clamp.cpp, in its order and with its messages.
+    _shapes.check_float_tensor(_OP, "input", input)
+    _shapes.check_rank(_OP, "input", input, 4, "(N, C_in, H, W)")
+    _shapes.check_like_input(_OP, "weight", weight, input)
+    _shapes.check_rank(_OP, "weight", weight, 4, "(C_out, C_in, kh, kw)")
     _shapes.check_param(_OP, "stride", stride, 2, 1)
     _shapes.check_param(_OP, "padding", padding, 2, 0)
     _shapes.check_param(_OP, "dilation", dilation, 2, 1)
     _shapes.check_param(_OP, "pool_kernel", pool_kernel, 2, 1)
-    channels = weight.shape[0]
+    in_channels, channels = input.shape[1], weight.shape[0]
+    torch._check(in_channels > 0,
+                 lambda: f"{_OP}: input must have at least one channel, got shape {tuple(input.shape)}")
+    torch._check(input.shape[2] > 0 and input.shape[3] > 0,
+                 lambda: f"{_OP}: only an empty batch may be empty, got input of shape {tuple(input.shape)}")
+    torch._check(weight.shape[1] == in_channels,
+                 lambda: f"{_OP}: weight must have shape (C_out, C_in = {in_channels}, kh, kw) (the convolution has "
+                         f"groups = 1), got {tuple(weight.shape)}")
+    torch._check(channels > 0 and weight.shape[2] > 0 and weight.shape[3] > 0,
+                 lambda: f"{_OP}: empty weight {tuple(weight.shape)}")
+    _shapes.check_optional_like_input(_OP, "bias", bias, input, channels)
     torch._check(num_groups > 0 and channels % num_groups == 0,
-                 lambda: f"{_OP}: num_groups must be positive and divide C_out")
-    torch._check(eps >= 0, lambda: f"{_OP}: eps must be finite and non-negative")
+                 lambda: f"{_OP}: num_groups must be positive and divide C_out = {channels}, got {num_groups}")
+    _shapes.check_optional_like_input(_OP, "gn_weight", gn_weight, input, channels)
+    _shapes.check_optional_like_input(_OP, "gn_bias", gn_bias, input, channels)
+    torch._check(eps >= 0 and math.isfinite(eps), lambda: f"{_OP}: eps must be finite and non-negative, got {eps}")
+    _shapes.check_like_input(_OP, "scale", scale, input)
+    _check_scale_shape(scale, channels)
     conv_h, conv_w = _shapes.conv_output_sizes(_OP, input.shape[2:], weight.shape[2:], stride, padding, dilation)
-    torch._check(conv_h > 0 and conv_w > 0, lambda: f"{_OP}: convolution output size is not positive")
     torch._check(pool_kernel[0] <= conv_h and pool_kernel[1] <= conv_w,
-                 lambda: f"{_OP}: pool_kernel is larger than the convolution output")
+                 lambda: f"{_OP}: pool_kernel {list(pool_kernel)} is larger than the convolution output "
+                         f"{[conv_h, conv_w]}")
     sizes = [input.shape[0], channels, conv_h // pool_kernel[0], conv_w // pool_kernel[1]]
     return _shapes.empty_output(input, sizes)
 

@@ -24,30 +24,47 @@ def conv_transpose3d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
 # ---- fake (meta) implementation: the shape and layout the kernels return (see csrc/conv_transpose.cpp) ----
 
 def _fake(op: str, spatial_dims: int, input, weight, bias, stride, padding, output_padding, groups, dilation):
+    """The checks of csrc/conv_transpose.cpp, in its order and with its messages, then the output it returns."""
+    _shapes.check_float_tensor(op, "input", input)
     unbatched = input.dim() == spatial_dims + 1
-    torch._check(input.dim() == spatial_dims + 2 or unbatched,
-                 lambda: f"{op}: expected input of rank {spatial_dims + 2}, got shape {tuple(input.shape)}")
-    torch._check(weight.dim() == spatial_dims + 2,
-                 lambda: f"{op}: expected weight of rank {spatial_dims + 2}, got shape {tuple(weight.shape)}")
+    batched = input.unsqueeze(0) if unbatched else input
+    layout = "(N, C_in, H, W)" if spatial_dims == 2 else "(N, C_in, D, H, W)"
+    _shapes.check_float_tensor(op, "input", batched)
+    _shapes.check_rank(op, "input", batched, spatial_dims + 2, layout)
+    _shapes.check_like_input(op, "weight", weight, batched)
+    _shapes.check_rank(op, "weight", weight, spatial_dims + 2,
+                       "(C_in, C_out / groups, kH, kW)" if spatial_dims == 2 else "(C_in, C_out / groups, kD, kH, kW)")
     for name, values, minimum in (("stride", stride, 1), ("padding", padding, 0),
                                   ("output_padding", output_padding, 0), ("dilation", dilation, 1)):
         _shapes.check_param(op, name, values, spatial_dims, minimum)
     torch._check(groups > 0, lambda: f"{op}: groups must be positive, got {groups}")
-    in_channels = input.shape[0 if unbatched else 1]
+    in_channels = batched.shape[1]
+    torch._check(weight.shape[0] >= groups,
+                 lambda: f"{op}: expected weight to have at least groups={groups} entries in dimension 0, got weight "
+                         f"of shape {tuple(weight.shape)}")
+    torch._check(weight.shape[0] % groups == 0,
+                 lambda: f"{op}: weight dimension 0 ({weight.shape[0]}) must be divisible by groups={groups}")
     torch._check(weight.shape[0] == in_channels,
-                 lambda: f"{op}: input has {in_channels} channels but weight expects {weight.shape[0]}")
-    torch._check(in_channels % groups == 0, lambda: f"{op}: weight dimension 0 must be divisible by groups")
+                 lambda: f"{op}: input has {in_channels} channels but weight of shape {tuple(weight.shape)} expects "
+                         f"{weight.shape[0]}")
+    for i in range(spatial_dims):
+        torch._check(weight.shape[2 + i] > 0,
+                     lambda: f"{op}: kernel size must be positive, got weight of shape {tuple(weight.shape)}")
+        torch._check(output_padding[i] < stride[i] or output_padding[i] < dilation[i],
+                     lambda: f"{op}: output_padding must be smaller than either stride or dilation, got output_padding "
+                             f"{list(output_padding)}, stride {list(stride)}, dilation {list(dilation)}")
     out_channels = weight.shape[1] * groups
-    if bias is not None:
-        torch._check(bias.dim() == 1 and bias.shape[0] == out_channels,
-                     lambda: f"{op}: expected bias of shape ({out_channels},), got {tuple(bias.shape)}")
+    _shapes.check_optional_like_input(op, "bias", bias, batched, out_channels)
+    for i in range(spatial_dims):
+        # Spatial size first: under dynamic shapes it is known positive, so no guard on the batch is added.
+        torch._check(batched.shape[2 + i] > 0 or batched.shape[0] == 0,
+                     lambda: f"{op}: only an empty batch may be empty, got input of shape {tuple(input.shape)}")
     sizes = []
     for i in range(spatial_dims):
-        torch._check(output_padding[i] < stride[i] or output_padding[i] < dilation[i],
-                     lambda: f"{op}: output_padding must be smaller than either stride or dilation")
-        size = _shapes.conv_transpose_output_size(input.shape[-spatial_dims + i], weight.shape[2 + i], stride[i],
+        size = _shapes.conv_transpose_output_size(batched.shape[2 + i], weight.shape[2 + i], stride[i],
                                                   padding[i], output_padding[i], dilation[i])
-        torch._check(size > 0, lambda: f"{op}: non-positive output size")
+        torch._check(size > 0, lambda: f"{op}: input of shape {tuple(input.shape)} and weight of shape "
+                                       f"{tuple(weight.shape)} give a non-positive output size in dimension {2 + i}")
         sizes.append(size)
     if unbatched:
         return input.new_empty([out_channels, *sizes])

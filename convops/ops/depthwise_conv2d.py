@@ -20,20 +20,31 @@ def pair(value) -> list:
     return [value, value] if isinstance(value, int) else list(value)
 
 
-def check_depthwise(op: str, input, weight, bias, stride, padding, dilation) -> list:
-    """The checks of csrc/depthwise_conv2d.cpp that decide shapes; returns the output's spatial size."""
-    torch._check(input.dim() == 4, lambda: f"{op}: expected a 4-D input (N, C_in, H, W), got {input.dim()}-D")
-    torch._check(weight.dim() == 4 and weight.shape[1] == 1,
-                 lambda: f"{op}: expected weight of shape (multiplier * C_in, 1, kh, kw), got {tuple(weight.shape)}")
-    torch._check(weight.shape[0] % input.shape[1] == 0,
-                 lambda: f"{op}: weight.size(0) must be a multiple of C_in (groups = C_in)")
-    torch._check(weight.dtype == input.dtype, lambda: f"{op}: weight has dtype {weight.dtype}, input {input.dtype}")
-    if bias is not None:
-        torch._check(bias.dim() == 1 and bias.shape[0] == weight.shape[0],
-                     lambda: f"{op}: expected bias of shape ({weight.shape[0]},), got {tuple(bias.shape)}")
+def check_depthwise(op: str, input, weight, bias, stride, padding, dilation, weight_name: str = "weight",
+                    bias_name: str = "bias") -> list:
+    """The checks of csrc/depthwise_conv2d.cpp, in its order and with its messages; returns the output's spatial
+    size."""
+    _shapes.check_float_tensor(op, "input", input)
+    _shapes.check_rank(op, "input", input, 4, "(N, C_in, H, W)")
+    _shapes.check_like_input(op, weight_name, weight, input)
+    _shapes.check_rank(op, weight_name, weight, 4, "(multiplier * C_in, 1, kh, kw)")
     _shapes.check_param(op, "stride", stride, 2, 1)
     _shapes.check_param(op, "padding", padding, 2, 0)
     _shapes.check_param(op, "dilation", dilation, 2, 1)
+    in_channels = input.shape[1]
+    torch._check(in_channels > 0,
+                 lambda: f"{op}: input must have at least one channel, got shape {tuple(input.shape)}")
+    torch._check(input.shape[2] > 0 and input.shape[3] > 0,
+                 lambda: f"{op}: only an empty batch may be empty, got input of shape {tuple(input.shape)}")
+    torch._check(weight.shape[1] == 1,
+                 lambda: f"{op}: a depthwise weight has one input channel per group: expected shape "
+                         f"(multiplier * {in_channels}, 1, kh, kw), got {tuple(weight.shape)}")
+    torch._check(weight.shape[0] > 0 and weight.shape[0] % in_channels == 0,
+                 lambda: f"{op}: {weight_name}.size(0) must be a positive multiple of C_in = {in_channels} "
+                         f"(groups = C_in), got {weight_name} {tuple(weight.shape)}")
+    torch._check(weight.shape[2] > 0 and weight.shape[3] > 0,
+                 lambda: f"{op}: empty kernel: {weight_name} {tuple(weight.shape)}")
+    _shapes.check_optional_like_input(op, bias_name, bias, input, weight.shape[0])
     return _shapes.conv_output_sizes(op, input.shape[2:], weight.shape[2:], stride, padding, dilation)
 
 

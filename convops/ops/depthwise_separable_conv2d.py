@@ -24,14 +24,15 @@ def depthwise_separable_conv2d(input: torch.Tensor, depthwise_weight: torch.Tens
 def _depthwise_separable_conv2d_fake(input, depthwise_weight, depthwise_bias, pointwise_weight,
                                      pointwise_bias=None, stride=1, padding=0, dilation=1):
     stride, padding, dilation = pair(stride), pair(padding), pair(dilation)
-    out_hw = check_depthwise(OP, input, depthwise_weight, depthwise_bias, stride, padding, dilation)
-    torch._check(pointwise_weight.dim() == 4 and pointwise_weight.shape[1] == depthwise_weight.shape[0]
+    out_hw = check_depthwise(OP, input, depthwise_weight, depthwise_bias, stride, padding, dilation,
+                             "depthwise_weight", "depthwise_bias")
+    _shapes.check_like_input(OP, "pointwise_weight", pointwise_weight, input)
+    mid = depthwise_weight.shape[0]
+    torch._check(pointwise_weight.dim() == 4 and pointwise_weight.shape[0] > 0 and pointwise_weight.shape[1] == mid
                  and pointwise_weight.shape[2] == 1 and pointwise_weight.shape[3] == 1,
-                 lambda: f"{OP}: expected pointwise_weight of shape (C_out, {depthwise_weight.shape[0]}, 1, 1), "
+                 lambda: f"{OP}: expected pointwise_weight of shape (C_out, {mid}, 1, 1) with C_out > 0, "
                          f"got {tuple(pointwise_weight.shape)}")
-    if pointwise_bias is not None:
-        torch._check(pointwise_bias.dim() == 1 and pointwise_bias.shape[0] == pointwise_weight.shape[0],
-                     lambda: f"{OP}: expected pointwise_bias of shape ({pointwise_weight.shape[0]},)")
+    _shapes.check_optional_like_input(OP, "pointwise_bias", pointwise_bias, input, pointwise_weight.shape[0])
     return _shapes.empty_output(input, [input.shape[0], pointwise_weight.shape[0], *out_hw])
 
 

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/irange.h>
+#include <torch/library.h>
 
 #include <string>
 #include <vector>
@@ -88,6 +89,33 @@ inline std::vector<int64_t> conv_output_sizes(const char* op, at::IntArrayRef in
 // outputs, anything else gives a contiguous output. The fake implementations in convops/ops/ say the same.
 inline at::Tensor empty_output(const at::Tensor& input, at::IntArrayRef sizes) {
   return at::empty(sizes, input.options().memory_format(input.suggest_memory_format()));
+}
+
+// A sparse operand sends a call to a Sparse* dispatch key, where no convops kernel lives, and PyTorch would answer
+// with its generic "Could not run ... with arguments from the 'SparseCPU' backend" (a NotImplementedError). This one
+// boxed kernel serves every op on those keys and names the offending operand, as check_float_tensor does.
+inline void reject_non_strided(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& arguments = op.schema().arguments();
+  const size_t first = stack->size() - arguments.size();
+  for (const auto i : c10::irange(arguments.size())) {
+    const c10::IValue& value = (*stack)[first + i];
+    if (value.isTensor() && value.toTensor().defined()) {
+      const auto layout = value.toTensor().layout();
+      TORCH_CHECK(layout == at::kStrided, op.schema().name(), ": ", arguments[i].name(),
+                  " must be a dense (strided) tensor, got layout ", layout);
+    }
+  }
+  TORCH_CHECK(false, op.schema().name(), ": every tensor must be a dense (strided) tensor");
+}
+
+// Registers reject_non_strided for op `name` on every sparse dispatch key (call inside the op's
+// TORCH_LIBRARY_FRAGMENT, after m.def).
+inline void register_non_strided_rejection(torch::Library& m, const char* name) {
+  using c10::DispatchKey;
+  for (const auto key : {DispatchKey::SparseCPU, DispatchKey::SparseCUDA, DispatchKey::SparseMeta,
+                         DispatchKey::SparseCsrCPU, DispatchKey::SparseCsrCUDA, DispatchKey::SparseCsrMeta}) {
+    m.impl(name, torch::dispatch(key, torch::CppFunction::makeFromBoxedFunction<&reject_non_strided>()));
+  }
 }
 
 }  // namespace convops
