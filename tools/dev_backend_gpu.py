@@ -2,7 +2,8 @@
 shapes, fp32, default TF32 setting) compiled with backend="convops", checked against eager (atol = rtol = 1e-4),
 the convops op seen in the profiler, and timed against eager and torch.compile's default (Inductor).
 
-    python tools/dev_backend_gpu.py [--json OUT.json]
+    bash tools/gpu_check.sh --co -q >/dev/null          # build in place (collects the tests, runs none)
+    PYTHONPATH=$PWD python3 tools/dev_backend_gpu.py [--json OUT.json]
 """
 from __future__ import annotations
 
