@@ -37,4 +37,15 @@ at::Tensor run_conv_transpose(const char* op, ConvTransposeKernel kernel, const 
                               at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
                               int64_t groups, at::IntArrayRef dilation, int64_t spatial_dims);
 
+// The dispatcher entry of convops::conv_transpose2d / conv_transpose3d for one device's kernel: the two ops differ
+// only in their name and rank, and both devices share the validation above.
+template <ConvTransposeKernel kernel, int64_t spatial_dims>
+at::Tensor conv_transpose_entry(const at::Tensor& input, const at::Tensor& weight,
+                                const std::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
+                                at::IntArrayRef output_padding, int64_t groups, at::IntArrayRef dilation) {
+  static_assert(spatial_dims == 2 || spatial_dims == 3, "conv_transpose is 2-D or 3-D");
+  return run_conv_transpose(spatial_dims == 2 ? "convops::conv_transpose2d" : "convops::conv_transpose3d", kernel,
+                            input, weight, bias, stride, padding, output_padding, groups, dilation, spatial_dims);
+}
+
 }  // namespace convops

@@ -27,10 +27,6 @@ def conv2d_group_norm_scale_max_pool_clamp(input: torch.Tensor, weight: torch.Te
         clamp_min, clamp_max)
 
 
-def _pair(v):
-    return list(v) * 2 if len(v) == 1 else list(v)
-
-
 def _check_scale_shape(scale: torch.Tensor, channels) -> None:
     """(C,1,1), (1,C,1,1), (C,) or any single value, as check_scale_shape in the .cpp."""
     if scale.numel() == 1:

@@ -26,27 +26,11 @@ at::Tensor conv_transpose_cpu(const char* op, const at::Tensor& input, const at:
   return output;
 }
 
-at::Tensor conv_transpose2d_cpu(const at::Tensor& input, const at::Tensor& weight,
-                                const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
-                                at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
-                                at::IntArrayRef dilation) {
-  return run_conv_transpose("convops::conv_transpose2d", conv_transpose_cpu, input, weight, bias, stride, padding,
-                            output_padding, groups, dilation, 2);
-}
-
-at::Tensor conv_transpose3d_cpu(const at::Tensor& input, const at::Tensor& weight,
-                                const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
-                                at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
-                                at::IntArrayRef dilation) {
-  return run_conv_transpose("convops::conv_transpose3d", conv_transpose_cpu, input, weight, bias, stride, padding,
-                            output_padding, groups, dilation, 3);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(convops, CPU, m) {
-  m.impl("conv_transpose2d", conv_transpose2d_cpu);
-  m.impl("conv_transpose3d", conv_transpose3d_cpu);
+  m.impl("conv_transpose2d", conv_transpose_entry<conv_transpose_cpu, 2>);
+  m.impl("conv_transpose3d", conv_transpose_entry<conv_transpose_cpu, 3>);
 }
 
 }  // namespace convops

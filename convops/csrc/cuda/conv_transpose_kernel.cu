@@ -238,27 +238,11 @@ at::Tensor conv_transpose_cuda(const char* op, const at::Tensor& input, const at
   return output;
 }
 
-at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weight,
-                                 const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
-                                 at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
-                                 at::IntArrayRef dilation) {
-  return run_conv_transpose("convops::conv_transpose2d", conv_transpose_cuda, input, weight, bias, stride, padding,
-                            output_padding, groups, dilation, 2);
-}
-
-at::Tensor conv_transpose3d_cuda(const at::Tensor& input, const at::Tensor& weight,
-                                 const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
-                                 at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
-                                 at::IntArrayRef dilation) {
-  return run_conv_transpose("convops::conv_transpose3d", conv_transpose_cuda, input, weight, bias, stride, padding,
-                            output_padding, groups, dilation, 3);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(convops, CUDA, m) {
-  m.impl("conv_transpose2d", conv_transpose2d_cuda);
-  m.impl("conv_transpose3d", conv_transpose3d_cuda);
+  m.impl("conv_transpose2d", conv_transpose_entry<conv_transpose_cuda, 2>);
+  m.impl("conv_transpose3d", conv_transpose_entry<conv_transpose_cuda, 3>);
 }
 
 }  // namespace convops
