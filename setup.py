@@ -31,11 +31,15 @@ def _use_cuda() -> bool:
     return torch.cuda.is_available() and CUDA_HOME is not None
 
 
+# Sources every build takes: the module itself and the path choice every op's CUDA entry consults.
+_SHARED_SOURCES = ("convops.cpp", "path_choice.cpp", "path_choice.cu")
+
+
 def _selected(paths):
     only = [p for p in os.getenv("CONVOPS_OPS", "").split(",") if p]
     if not only:
         return paths
-    return [p for p in paths if os.path.basename(p) == "convops.cpp" or os.path.basename(p).startswith(tuple(only))]
+    return [p for p in paths if os.path.basename(p) in _SHARED_SOURCES or os.path.basename(p).startswith(tuple(only))]
 
 
 def _extension():

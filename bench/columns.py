@@ -8,10 +8,12 @@ import torch.nn as nn
 
 from convops.demo import op_unavailable
 
-COLUMNS = ("eager", "inductor", "max_autotune", "convops_op", "convops_backend")
+# convops_op runs the op as users get it (the "auto" path policy: its own kernel or ATen, whichever it timed
+# faster); convops_kernel forces the convops kernel, which is what the kernel issues' floor fractions measure.
+COLUMNS = ("eager", "inductor", "max_autotune", "convops_kernel", "convops_op", "convops_backend")
 BASELINES = ("eager", "inductor", "max_autotune")
-TITLES = {"eager": "eager", "inductor": "compile", "max_autotune": "max-autotune", "convops_op": "convops op",
-          "convops_backend": "convops backend"}
+TITLES = {"eager": "eager", "inductor": "compile", "max_autotune": "max-autotune", "convops_kernel": "kernel",
+          "convops_op": "convops op", "convops_backend": "convops backend"}
 
 
 def convops_backend() -> tuple[object | None, str]:
@@ -36,12 +38,19 @@ def make_runner(column: str, model: nn.Module, backend: object | None = None,
     nothing of an earlier case or precision mode is reused."""
     if column == "eager":
         return model
-    if column == "convops_op":
+    if column in ("convops_op", "convops_kernel"):
         device = next(model.parameters()).device
         why = op_unavailable(model.op, device)
         if why:
             raise Unavailable(f"missing ({why})")
-        return model.convops_forward
+        if column == "convops_op":
+            return model.convops_forward
+        import convops
+
+        def kernel_forward(x: torch.Tensor) -> torch.Tensor:
+            with convops.forced_path("convops"):
+                return model.convops_forward(x)
+        return kernel_forward
     torch._dynamo.reset()
     if column == "inductor":
         return torch.compile(model)

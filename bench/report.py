@@ -23,14 +23,16 @@ def _cell(col: dict | None) -> str:
 
 def rows(records: Sequence[dict], columns: Sequence[str] = COLUMNS) -> tuple[list[str], list[list[str]]]:
     headers = ["case", "mode"] + [f"{TITLES[c]} ms" for c in columns] + [
-        "speedup", "floor ms", "% of floor", "max err (op)"]
+        "op path", "op speedup", "kernel speedup", "floor ms", "kernel % of floor", "max err (op)"]
     body = []
     for r in records:
         cols = r["columns"]
         op = cols.get("convops_op", {})
         floor = f"{_fmt_ms(r['floor_ms'])} ({r['floor_bound'][:3]})" if r.get("floor_ms") else ""
         body.append([r["case"], r["mode"]] + [_cell(cols.get(c)) for c in columns] + [
+            op.get("path") or "",
             f"{r['speedup']:.2f}x" if r.get("speedup") else "",
+            f"{r['kernel_speedup']:.2f}x" if r.get("kernel_speedup") else "",
             floor,
             f"{100 * r['floor_fraction']:.3g}%" if r.get("floor_fraction") else "",
             f"{op['max_error']:.1e}" if op.get("max_error") is not None else "",
@@ -70,20 +72,23 @@ def problems(records: Sequence[dict]) -> list[str]:
     return lines
 
 
-def geomean_speedups(records: Sequence[dict]) -> dict:
-    """Geometric mean of the op's speedup over the best baseline, per mode, for the seeds and for the sweep."""
+def geomean_speedups(records: Sequence[dict], key: str = "speedup") -> dict:
+    """Geometric mean of a speedup over the best baseline ("speedup": the op; "kernel_speedup": the convops kernel
+    forced), per mode, for the seeds and for the sweep."""
     groups: dict[str, list[float]] = {}
     for r in records:
-        if r.get("speedup"):
+        if r.get(key):
             kind = "seeds" if r["group"] == "seed" else "sweep"
-            groups.setdefault(f"{kind} [{r['mode']}]", []).append(r["speedup"])
+            groups.setdefault(f"{kind} [{r['mode']}]", []).append(r[key])
     return {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in sorted(groups.items())}
 
 
 def summary(records: Sequence[dict]) -> str:
-    means = geomean_speedups(records)
-    parts = [f"{k}: {v:.2f}x" for k, v in means.items()]
-    return "geomean speedup of the convops op over the best baseline: " + (", ".join(parts) if parts else "none")
+    lines = []
+    for key, what in (("speedup", "the convops op"), ("kernel_speedup", "the convops kernel (forced)")):
+        parts = [f"{k}: {v:.2f}x" for k, v in geomean_speedups(records, key).items()]
+        lines.append(f"geomean speedup of {what} over the best baseline: " + (", ".join(parts) if parts else "none"))
+    return "\n".join(lines)
 
 
 def write_json(path: str, meta: dict, records: Sequence[dict]) -> None:

@@ -44,7 +44,7 @@ class Plan:
     def skip_reason(self, column: str, case: Case, mode: Mode) -> str | None:
         """Compiled columns give way as the budget runs out, so that the run ends in time with every
         convops-vs-eager number; max-autotune starts only with AUTOTUNE_RESERVE_S left."""
-        if column in ("eager", "convops_op"):
+        if column in ("eager", "convops_kernel", "convops_op"):
             return None
         if column == "max_autotune" and not self.wants_autotune(case, mode):
             return f"skipped (--autotune {self.autotune})"
@@ -55,8 +55,17 @@ class Plan:
         return None
 
 
-def _column_result(status: str, ms=None, max_error=None, first_call_s=None, note=""):
-    return {"status": status, "ms": ms, "max_error": max_error, "first_call_s": first_call_s, "note": note}
+def _column_result(status: str, ms=None, max_error=None, first_call_s=None, note="", path=None):
+    return {"status": status, "ms": ms, "max_error": max_error, "first_call_s": first_call_s, "note": note,
+            "path": path}
+
+
+def _chosen_path() -> str:
+    """What the "auto" policy chose in the call just made: "convops", "aten", or "convops+aten" where one model
+    call made several decisions."""
+    import convops
+    paths = sorted({line.split(" -> ")[1].split(" ")[0] for line in convops.path_choices()})
+    return "+".join(paths) if paths else "convops"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -108,17 +117,21 @@ def _run_column(column, model, inputs, expected, mode, plan, timer) -> dict:
         status = "missing" if str(why).startswith("missing") else "n/a"
         return _column_result(status, note=str(why))
     try:
+        if column == "convops_op":
+            import convops
+            convops.clear_path_choices()  # so that the first call decides, and says what it decided
         start = time.perf_counter()
         actual = fn(inputs[0])
         if actual.is_cuda:
             torch.cuda.synchronize()
         first_call_s = time.perf_counter() - start
+        path = _chosen_path() if column == "convops_op" and actual.is_cuda else None
         verdict = check(actual, expected, mode)
         del actual
         if not verdict.ok:
             return _column_result("fail", max_error=verdict.max_error, first_call_s=first_call_s, note=verdict.note)
         ms = timer(rotating(fn, inputs))
-        return _column_result("ok", ms=ms, max_error=verdict.max_error, first_call_s=first_call_s)
+        return _column_result("ok", ms=ms, max_error=verdict.max_error, first_call_s=first_call_s, path=path)
     except torch.cuda.OutOfMemoryError as exc:
         torch.cuda.empty_cache()
         return _column_result("error", note=_first_line(exc))
@@ -144,5 +157,6 @@ def summarize(record: dict) -> None:
     for key, column in (("speedup", "convops_op"), ("backend_speedup", "convops_backend")):
         ms = _ms(columns, column)
         record[key] = baselines[best] / ms if best and ms else None
-    op_ms = _ms(columns, "convops_op")
-    record["floor_fraction"] = record["floor_ms"] / op_ms if op_ms and record.get("floor_ms") else None
+    kernel_ms = _ms(columns, "convops_kernel")
+    record["kernel_speedup"] = baselines[best] / kernel_ms if best and kernel_ms else None
+    record["floor_fraction"] = record["floor_ms"] / kernel_ms if kernel_ms and record.get("floor_ms") else None

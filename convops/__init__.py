@@ -2,6 +2,7 @@
 "convops" that substitutes them into user models."""
 from ._extension import has_cuda_kernels, has_ops, require_ops
 from .backend import convops_backend, explain
+from .path_choice import clear_path_choices, forced_path, path_choices, path_policy, set_path_policy
 from .ops import (
     conv2d_group_norm_scale_max_pool_clamp,
     conv_transpose2d,
@@ -19,8 +20,13 @@ __all__ = [
     "convops_backend",
     "depthwise_conv2d",
     "depthwise_separable_conv2d",
+    "clear_path_choices",
     "explain",
+    "forced_path",
     "has_cuda_kernels",
     "has_ops",
+    "path_choices",
+    "path_policy",
     "require_ops",
+    "set_path_policy",
 ]

@@ -50,10 +50,12 @@ def make_tensor(shape: Sequence[int], dtype: torch.dtype, device, layout: str = 
 
 
 def round_tf32(t: torch.Tensor) -> torch.Tensor:
-    """fp32 -> TF32 rounding to nearest, ties away from zero (cvt.rna.tf32.f32), as cuDNN rounds TF32 operands."""
+    """fp32 -> TF32 rounding to nearest, ties to even (cvt.rn.tf32.f32), as cuBLAS and cuDNN's Hopper kernels round
+    TF32 operands (tools/probe/tf32_ties.py) and convops' kernels do."""
     assert t.dtype == torch.float32
     bits = t.contiguous().view(torch.int32)
-    rounded = torch.bitwise_and(bits + 0x1000, ~0x1FFF)
+    half = torch.bitwise_and(torch.bitwise_right_shift(bits, 13), 1) + 0xFFF
+    rounded = torch.bitwise_and(bits + half, ~0x1FFF)
     finite = torch.isfinite(t)
     return torch.where(finite, rounded.view(torch.float32), t).view_as(t)
 

@@ -15,6 +15,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
+def _convops_kernels(request):
+    """The tests check convops' own kernels, so CUDA calls take them rather than whatever "auto" would time faster
+    (tests/test_path_choice.py covers that policy)."""
+    if not convops.has_ops():
+        yield
+        return
+    with convops.forced_path("convops"):
+        yield
+
+
+@pytest.fixture(autouse=True)
 def _seed_and_restore_precision_flags():
     """Each test starts from a known seed and PyTorch's default precision flags, and leaves them as it found them."""
     torch.manual_seed(0)

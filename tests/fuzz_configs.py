@@ -174,7 +174,9 @@ class ConvTranspose:
 
     def poison_values(self, c):
         # ATen's float64 transposed convolution (gemm + col2im) multiplies no implicit zero by a weight, so it is the
-        # exact reference for non-finite weights too; those have their own test (test_fuzz.py, *_transposed_weights).
+        # exact reference for non-finite weights too (out = bias + the sum of x * w over the valid pairs of input
+        # element and tap); those have their own test (test_fuzz.py, *_transposed_weights), which draws NaN/Inf into
+        # the weight and then into the input and bias, so +-Inf inputs meet +-Inf taps as well.
         return dict(input=NONFINITE, weight=NONFINITE, bias=NONFINITE)
 
 
@@ -263,12 +265,17 @@ class Conv2dGroupNormScaleMaxPoolClamp:
         return bound.reshape(n, cout, 1, 1).expand(out_shape)
 
     def poison_values(self, c):
-        """GroupNorm weight and scale get NaN only. ATen's group_norm computes x * a + b with a = rstd * gamma and
-        b = beta - mean * a: an infinite gamma makes every element inf - inf = NaN there, while the op (like the
-        formula (x - mean) * rstd * gamma + beta) gives +-Inf or finite clamped values. An infinite scale times an
-        exactly-zero normalised value (a group of one element) is NaN, while ATen's x * a + b leaves a rounding
-        residue and gives +-Inf. Pinned by test_fuzz.test_group_norm_infinite_gamma_follows_aten (xfail)."""
-        return dict(input=NONFINITE, weight=forward_weight_values(c), bias=NONFINITE, gn_weight=(math.nan,),
+        """The scale gets NaN only. GroupNorm of a group whose values coincide (one element, or a plane of bias-only
+        outputs) without gn_bias is 0 in exact arithmetic, but ATen's x * a + b (a = rstd * gamma, b = beta - mean * a)
+        leaves a rounding residue of either sign (~1e-15 in float64), which an infinite scale turns into +-Inf in the
+        reference; no fp32 evaluation reproduces that sign, and the op's (x - mean) * a + beta gives 0 * Inf = NaN.
+        Infinite GroupNorm weights follow ATen's form: NaN where the two infinities of x * a + b cancel, b elsewhere
+        (see test_fuzz.test_group_norm_infinite_gamma_follows_aten) -- except on 1x1 conv planes, where ATen's own
+        CUDA group_norm (GroupNorm1dForward) computes (x - mean) * rstd * gamma + beta instead and disagrees with the
+        CPU reference; the op's float64 CUDA path is that ATen chain, so those planes get NaN weights only."""
+        plane = conv_out(c["size"], c["kernel"], c["stride"], c["padding"], c["dilation"])
+        gamma = (math.nan,) if plane == [1, 1] else NONFINITE
+        return dict(input=NONFINITE, weight=forward_weight_values(c), bias=NONFINITE, gn_weight=gamma,
                     gn_bias=NONFINITE, scale=(math.nan,))
 
 

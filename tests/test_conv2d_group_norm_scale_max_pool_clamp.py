@@ -153,6 +153,40 @@ def test_uniform_scale_zero_gamma(device):
         assert_close(convops.conv2d_group_norm_scale_max_pool_clamp(*args), expected(args))
 
 
+# How test_infinite_gamma_propagates_like_aten varies the problem around GroupNorm weights of +Inf (channel 1) and -Inf
+# (channel 6).
+INFINITE_GAMMA_VARIANTS = ["plain", "pixelwise_pool", "negative_scale", "zero_scale", "infinite_beta", "no_beta",
+                           "clamped", "nan_gamma"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("variant", INFINITE_GAMMA_VARIANTS)
+def test_infinite_gamma_propagates_like_aten(device, variant):
+    """ATen's GroupNorm is y = a x + b with a = rstd * gamma, b = beta - a * mean: with gamma = +-Inf an element is b
+    (+-Inf) where x has the sign of a * b and NaN elsewhere, and max_pool2d makes a window NaN if any element is. NaN
+    and +-Inf must land exactly where the float64 chain puts them; the finite channels stay as accurate as ever."""
+    pool = (1, 1) if variant == "pixelwise_pool" else (2, 2)
+    lo_hi = (-0.5, 0.5) if variant == "clamped" else (None, None)
+    case = (2, 3, 13, 14, 8, (3, 3), (1, 1), (1, 1), (1, 1), True, 4, pool, lo_hi, (8, 1, 1), True)
+    args = list(make_problem(case, torch.float32, device))
+    gamma, beta, scale = (args[i].detach().clone() for i in (7, 8, 10))
+    gamma[1], gamma[6] = float("inf"), float("-inf")
+    if variant == "negative_scale":
+        scale[1], scale[6] = -scale[1].abs(), -scale[6].abs()
+    if variant == "zero_scale":
+        scale[1] = 0.0
+    if variant == "infinite_beta":
+        beta[1], beta[6] = float("-inf"), float("inf")
+    if variant == "nan_gamma":
+        gamma[1] = float("nan")
+    args[7], args[8], args[10] = gamma, None if variant == "no_beta" else beta, scale
+    with allow_tf32(False):
+        ref = expected(args)
+        out = convops.conv2d_group_norm_scale_max_pool_clamp(*args)
+    assert_close(out, ref)
+    assert torch.isfinite(ref[:, [0, 2, 3, 4, 5, 7]]).all()
+
+
 def error_case(device, what):
     x = torch.randn(2, 3, 10, 10, device=device)
     w = torch.randn(8, 3, 3, 3, device=device)

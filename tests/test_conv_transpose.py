@@ -136,6 +136,84 @@ def test_named_cases_fp32(device, name, layout):
     check_against_aten(NAMED[name], torch.float32, device, layout)
 
 
+# NaN/Inf weight taps (issue #8). The reference multiplies a tap only by real input elements, so a non-finite tap
+# must not meet the zeros around the input that an implicit GEMM's zero-filled bricks multiply it by. In this
+# geometry some taps meet only those zeros (W: input 2, kernel 3, padding 2, dilation 2 -> taps 0 and 2 reach no
+# input), some only real elements, some both (H: stride 2, padding 1, output_padding 1 -> tap 0). The x = 0 and
+# x = +Inf elements make x * Inf NaN and +-Inf * +-Inf = +-Inf reach the output.
+NONFINITE_CASE = Case(2, 2, 2, (3, 2), (3, 3), (2, 1), (1, 2), (1, 0), (1, 2))
+NONFINITE_TAPS = {  # (input channel, output channel, kh, kw): value
+    (0, 0, 1, 0): float("inf"), (1, 0, 0, 2): float("-inf"), (0, 1, 2, 2): float("nan"),  # zeros only
+    (0, 1, 1, 1): float("-inf"), (1, 0, 2, 1): float("inf"),  # real elements only
+    (1, 1, 0, 1): float("nan"), (0, 0, 0, 1): float("inf"),  # both
+}
+NONFINITE_INPUTS = {(0, 0, 1, 1): 0.0, (1, 0, 0, 0): float("inf")}
+
+
+def tap_meets(case: Case, tap: tuple) -> set:
+    """{"zeros", "real"}: what the taps' terms multiply in a phase-decomposed implicit GEMM, whose output phases
+    read input index (o + padding - k * dilation) / stride whether or not it lies inside the input."""
+    per_dim = []
+    for d, k in enumerate(tap):
+        out = ((case.spatial[d] - 1) * case.stride[d] - 2 * case.padding[d] + case.dilation[d] * (case.kernel[d] - 1)
+               + case.output_padding[d] + 1)
+        reads = [(o + case.padding[d] - k * case.dilation[d]) // case.stride[d] for o in range(out)
+                 if (o + case.padding[d] - k * case.dilation[d]) % case.stride[d] == 0]
+        per_dim.append({"real" if 0 <= i < case.spatial[d] else "zeros" for i in reads})
+    meets = set()
+    if all("real" in m for m in per_dim):
+        meets.add("real")
+    if all(m for m in per_dim) and any("zeros" in m for m in per_dim):
+        meets.add("zeros")
+    return meets
+
+
+def test_nonfinite_case_reaches_every_kind_of_tap():
+    kinds = {frozenset(tap_meets(NONFINITE_CASE, index[2:])) for index in NONFINITE_TAPS}
+    assert kinds == {frozenset({"zeros"}), frozenset({"real"}), frozenset({"zeros", "real"})}
+
+
+NONFINITE_MODES = [(torch.float32, True), (torch.float32, False), (torch.bfloat16, None), (torch.float16, None),
+                   (torch.float64, None)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("dtype,tf32", NONFINITE_MODES, ids=["tf32", "fp32", "bf16", "fp16", "fp64"])
+def test_nonfinite_weights_propagate_as_in_aten(device, dims, layout, dtype, tf32):
+    """NaN, +Inf and -Inf exactly where float64 ATen has them, and the finite values within tolerance."""
+    if device == "cpu" and tf32:
+        pytest.skip("TF32 is a CUDA mode")
+    from test_fuzz import compare  # not at the top: test_fuzz imports this module through fuzz_configs
+    case = NONFINITE_CASE
+    taps, inputs = NONFINITE_TAPS, NONFINITE_INPUTS
+    if dims == 3:  # a leading depth of 2 through kernel 2, stride 2: every depth tap meets real elements only
+        case = Case(case.batch, case.in_channels, case.out_channels, (2, *case.spatial), (2, *case.kernel),
+                    (2, *case.stride), (0, *case.padding), (0, *case.output_padding), (1, *case.dilation))
+        taps = {(ci, co, 1, *k): v for (ci, co, *k), v in taps.items()}
+        inputs = {(n, c, 0, *i): v for (n, c, *i), v in inputs.items()}
+    ours, aten, _ = OPS[dims]
+    torch.manual_seed(0)
+    x, w, b = case.tensors(dtype, device, layout)
+    w = make_tensor(w.shape, dtype, device, layout)  # the weight in the same layout: its strides reach the kernel
+    with torch.no_grad():
+        for index, value in taps.items():
+            w[index] = value
+        for index, value in inputs.items():
+            x[index] = value
+    with allow_tf32(bool(tf32)):
+        y = ours(x, w, b, **case.params())
+        rounded = tf32_active(x)
+    bias64 = b.detach().cpu().double()
+    expected = reference(lambda x, w: aten(x, w, bias64, **case.params()), x, w, tf32_inputs=rounded)
+    for name, mask in (("NaN", torch.isnan), ("+Inf", torch.isposinf), ("-Inf", torch.isneginf),
+                       ("finite", torch.isfinite)):
+        assert mask(expected).any(), f"the case must reach {name} outputs"
+    compare(y, expected, dtype, tf32_accumulation_tolerance(case, rounded), None)
+    assert_output_layout(y, x)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dims", [2, 3])
 def test_unbatched_input(device, dims):

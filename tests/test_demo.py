@@ -151,17 +151,19 @@ def test_bench_runner_on_cpu(tmp_path):
     a compiled column (backend="eager", no C++ toolchain needed), and the report files."""
     case = bench_cases.Case("seed/tiny_dws", lambda: demo.DepthwiseSeparableConv2d(4, 8, 3, padding=1),
                             (2, 4, 9, 9))
-    plan = _cpu_plan(("eager", "max_autotune", "convops_op", "convops_backend"))
+    plan = _cpu_plan(("eager", "max_autotune", "convops_kernel", "convops_op", "convops_backend"))
     plan.backend, plan.backend_note = "eager", ""
-    times = iter([2.0, 1.0, 0.5])
+    times = iter([2.0, 1.6, 1.0, 0.5])
     record = runner.run_case(case, timing.MODES["tf32"], plan, device="cpu", timer=lambda fn: (fn(), next(times))[1])
     cols = record["columns"]
     assert cols["eager"]["status"] == "ok" and cols["convops_op"]["status"] == "ok", cols
+    assert cols["convops_kernel"]["status"] == "ok", cols
     assert cols["max_autotune"]["status"] == "skipped"         # --autotune none
     assert cols["convops_op"]["max_error"] < 1e-5
     assert record["speedup"] == pytest.approx(2.0 / 1.0) and record["best_baseline"] == "eager"
+    assert record["kernel_speedup"] == pytest.approx(2.0 / 1.6)
     assert record["backend_speedup"] == pytest.approx(4.0)
-    assert record["floor_ms"] > 0 and record["floor_fraction"] == pytest.approx(record["floor_ms"] / 1.0)
+    assert record["floor_ms"] > 0 and record["floor_fraction"] == pytest.approx(record["floor_ms"] / 1.6)
 
     meta = {"card": "cpu", "torch": torch.__version__, "date": "now"}
     report.write_json(str(tmp_path / "r.json"), meta, [record])

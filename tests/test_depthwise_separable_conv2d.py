@@ -117,10 +117,11 @@ def test_cuda_half_precision(case, dtype):
 @pytest.mark.cuda
 def test_cuda_tf32_matches_eager_on_seed_like_problem():
     """Under PyTorch's default flags (TF32 allowed for convolutions) the fused kernel agrees with eager within
-    KernelBench's fp32 tolerance on the seed's configuration (torch.rand inputs, 3x3 pad 1, 64 -> 128, 512x512)."""
+    KernelBench's fp32 tolerance on the seed's configuration (3x3 pad 1, 64 -> 128, 16 x 512x512; about 4,000 of
+    the intermediate's values are TF32 rounding ties, so the tie rule is checked too)."""
     with allow_tf32(True):
-        x = torch.rand(1, 64, 512, 512, device="cuda")
-        dw, pw = torch.rand(64, 1, 3, 3, device="cuda"), torch.rand(128, 64, 1, 1, device="cuda")
+        x = torch.randn(16, 64, 512, 512, device="cuda")
+        dw, pw = torch.randn(64, 1, 3, 3, device="cuda"), torch.randn(128, 64, 1, 1, device="cuda") / 8
         args = (x, dw, None, pw, None, [1, 1], [1, 1], [1, 1])
         torch.testing.assert_close(convops.depthwise_separable_conv2d(*args), torch_separable(*args),
                                    atol=1e-4, rtol=1e-4)

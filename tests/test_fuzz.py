@@ -153,46 +153,52 @@ def test_nan_inf_propagation_cuda(op_name, seeds):
     run_seeds(op_name, seeds, "cuda", "nonfinite")
 
 
-ONEDNN_DECONV_BUG = (
-    "convops CPU conv_transpose2d (fp32/fp16/bf16 run through at::convolution -> oneDNN deconvolution, as eager "
-    "fp32 does) multiplies NaN/Inf weight taps by implicit zeros: NaN where float64 ATen (and fp32 ATen with mkldnn "
-    "disabled) is finite or +-Inf; 4 of 400 seeds, e.g. replay('conv_transpose2d', 400048, 'cpu', "
-    "'transposed_weights') (fp32) and 400030 (fp16)")
-
-
-@pytest.mark.parametrize("op_name,seeds", [
-    *chunks("cpu", "transposed_weights", ["conv_transpose2d"],
-            [pytest.mark.xfail(strict=True, reason=ONEDNN_DECONV_BUG)]),
-    *chunks("cpu", "transposed_weights", ["conv_transpose3d"])])
+@pytest.mark.parametrize("op_name,seeds", chunks("cpu", "transposed_weights", TRANSPOSED))
 def test_nan_inf_in_transposed_weights_cpu(op_name, seeds):
+    """The CPU kernels use ATen's native gemm + col2im, which multiplies a tap only by real inputs (oneDNN's
+    deconvolution, behind at::convolution, also multiplies it by the zeros around the input: NaN from a -Inf tap
+    there, e.g. seed 400048, fp32)."""
     run_seeds(op_name, seeds, "cpu", "transposed_weights")
 
 
 @pytest.mark.parametrize("op_name,seeds", chunks("cuda", "transposed_weights", TRANSPOSED))
 def test_nan_inf_in_transposed_weights_cuda(op_name, seeds):
+    """The CUDA implicit GEMM multiplies every tap by the zeros around the input too; it runs on weights made finite
+    and a second kernel adds the terms of the non-finite taps (convops/csrc/cuda/conv_transpose_nonfinite.cuh), so
+    a tap that meets only those zeros leaves no NaN (e.g. seed 500002: bf16, -Inf taps outside a 3x1 input)."""
     run_seeds(op_name, seeds, "cuda", "transposed_weights")
 
 
-GN_INFINITE_GAMMA = (
-    "convops conv2d_group_norm_scale_max_pool_clamp computes ((v - mean) * rstd * gamma + beta) * s (CPU and CUDA), "
-    "so an infinite GroupNorm weight gives +-Inf; ATen's group_norm computes x * a + b with a = rstd * gamma, "
-    "b = beta - mean * a, which is inf - inf = NaN in every element of that channel")
+# (conv input size, pool kernel): one window per element; whole 2x2 windows; on CUDA, windows straddling conv tiles
+# (conv 6x40 -> tiles of 4x32 pixels, so 5-row windows are combined from pieces with atomics).
+GN_INFINITE_GAMMA_GEOMETRIES = {"pixels": ([6, 6], [1, 1]), "windows": ([6, 6], [2, 2]),
+                                "straddling": ([6, 40], [5, 2])}
 
 
-@pytest.mark.xfail(strict=True, reason=GN_INFINITE_GAMMA)
 @pytest.mark.parametrize("device", DEVICES)
-def test_group_norm_infinite_gamma_follows_aten(device):
+@pytest.mark.parametrize("value", [float("inf"), float("-inf")])
+@pytest.mark.parametrize("geometry", GN_INFINITE_GAMMA_GEOMETRIES)
+def test_group_norm_infinite_gamma_follows_aten(device, value, geometry):
+    """ATen's group_norm computes x * a + b with a = rstd * gamma and b = beta - mean * a: with an infinite gamma an
+    element is b (+-Inf) where x has the sign of a * b and NaN elsewhere (Inf - Inf, or Inf * 0), so a pooled window
+    is NaN unless every element in it has that sign. The op must give exactly these NaN and +-Inf."""
     op = OPS["conv2d_group_norm_scale_max_pool_clamp"]
+    size, pool_kernel = GN_INFINITE_GAMMA_GEOMETRIES[geometry]
     config = dict(dtype="float32", layout="contiguous", tf32=False, batch=2, in_channels=2, num_groups=2,
                   out_channels=4, bias=True, gn_weight=True, gn_bias=True, eps=1e-5, scale_shape="(C,1,1)",
-                  size=[6, 6], kernel=[3, 3], stride=[1, 1], padding=[1, 1], dilation=[1, 1], pool_kernel=[2, 2],
+                  size=size, kernel=[3, 3], stride=[1, 1], padding=[1, 1], dilation=[1, 1], pool_kernel=pool_kernel,
                   clamp_min=None, clamp_max=None)
     torch.default_generator.manual_seed(0)
     args = op.build(config, device)
-    args[7][1] = float("inf")
+    args[7][1] = value
+    # Conv biases that make channel 1 mostly negative in a group of positive mean, so that whole windows keep the
+    # sign that gives +-Inf while others hold a positive value and give NaN.
+    args[2][0], args[2][1] = 10.0, -2.0
     with allow_tf32(False):
         expected, tol, extra = op.expected(config, args)
         compare(op.run(args), expected, torch.float32, tol, extra)
+    poisoned = expected[:, 1]
+    assert poisoned.isnan().any() and poisoned.isinf().any(), "the case must reach both outcomes"
 
 
 def test_fuzz_covers_the_parameter_space():

@@ -27,8 +27,9 @@ ConvGnPoolGeometry check_conv2d_group_norm_scale_max_pool_clamp(
     at::IntArrayRef padding, at::IntArrayRef dilation, int64_t num_groups, const std::optional<at::Tensor>& gn_weight,
     const std::optional<at::Tensor>& gn_bias, double eps, const at::Tensor& scale, at::IntArrayRef pool_kernel);
 
-// The elementwise tail, identical on every device: z = ((v - mean) * rstd * gamma + beta) * s, then
-// clamp as torch.clamp does it (NaN propagates; with lo > hi every value becomes hi).
+// The elementwise tail, identical on every device: z = (a v + b) s with ATen's group-norm coefficients
+// a = rstd * gamma, b = beta - a * mean (evaluated as (v - mean) a + beta while a is finite), then clamp as
+// torch.clamp does it (NaN propagates; with lo > hi every value becomes hi).
 template <typename acc_t>
 inline acc_t clamp_like_torch(acc_t z, bool has_lo, acc_t lo, bool has_hi, acc_t hi) {
   if (has_lo) z = z < lo ? lo : z;

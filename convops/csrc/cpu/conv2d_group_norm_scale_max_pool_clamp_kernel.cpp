@@ -1,16 +1,18 @@
 // CPU implementation of convops::conv2d_group_norm_scale_max_pool_clamp.
 //
-// ATen computes the convolution (in fp32 for half-precision inputs); everything after it is one fused pass per (image, group): numerically stable group
-// statistics (each row's mean and M2 in double, merged with Chan's formula, so a conv output whose mean is far
-// larger than its spread loses nothing to E[x^2] - E[x]^2 cancellation), then for each pooling window only the max
-// or only the min of the raw conv values -- the GroupNorm affine times scale is monotone per channel with a known
-// sign -- and the affine + clamp on that one value.
+// ATen computes the convolution (in fp32 for half-precision inputs); everything after it is one fused pass per
+// (image, group): numerically stable group statistics (each row's mean and M2 in double, merged with Chan's formula,
+// so a conv output whose mean is far larger than its spread loses nothing to E[x^2] - E[x]^2 cancellation), then the
+// GroupNorm affine in ATen's form y = a x + b (a = rstd gamma, b = beta - a mean) times scale, max-pooled and clamped.
+// With a finite, (a x + b) s is monotone in x with the sign of a s, so each pooling window needs only the max or only
+// the min of its raw conv values, and the affine + clamp runs on that one value (see pool_finite_affine).
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <cmath>
+#include <limits>
 
 #include "common/checks.h"
 #include "conv2d_group_norm_scale_max_pool_clamp.h"
@@ -29,6 +31,51 @@ struct Moments {
     count = total;
   }
 };
+
+// One channel's GroupNorm affine as ATen forms it (aten/src/ATen/native/cpu/group_norm_kernel.cpp and
+// cuda/group_norm_kernel.cu, in opmath precision): y = a x + b, a = rstd * gamma, b = -a * mean + beta. Its NaN / Inf
+// behaviour is the contract: an infinite gamma makes a and b infinite, and a x + b is then NaN wherever the two
+// infinities cancel.
+template <typename acc_t>
+struct GroupNormAffine {
+  acc_t mean, beta, a, b;
+  GroupNormAffine(acc_t mean_, acc_t rstd, acc_t gamma, acc_t beta_)
+      : mean(mean_), beta(beta_), a(rstd * gamma), b(-a * mean_ + beta_) {}
+};
+
+// max over a pooling window of (a x + b) s for finite a: the affine of the window's max (a s >= 0) or min (a s < 0).
+// It is evaluated as (v - mean) a + beta, the same real number as a v + b with the same NaN / +-Inf outcome for any
+// finite a, mean and v, without the cancellation of a v against a mean (|a mean| 2^-24 in fp32, which a mean 500x
+// the spread would make ~1e-5 |gamma s|).
+template <typename acc_t>
+acc_t pool_finite_affine(const acc_t* window, const GroupNormAffine<acc_t>& affine, acc_t s,
+                         const ConvGnPoolGeometry& g, int64_t xs_h, int64_t xs_w) {
+  const bool take_max = affine.a * s >= acc_t(0);
+  acc_t v = window[0];
+  for (int64_t i = 0; i < g.pool_h; ++i) {
+    for (int64_t j = 0; j < g.pool_w; ++j) {
+      const acc_t e = window[i * xs_h + j * xs_w];
+      // A NaN anywhere in the window wins, as in max_pool2d.
+      if (std::isnan(e) || (take_max ? e > v : e < v)) v = e;
+    }
+  }
+  return ((v - affine.mean) * affine.a + affine.beta) * s;
+}
+
+// max over a pooling window of (a x + b) s for a = +-Inf, element by element as ATen evaluates it: a x + b is b
+// where a x is the infinity b is (x of the sign of a b, not 0) and NaN elsewhere, so one element decides nothing.
+template <typename acc_t>
+acc_t pool_each_element(const acc_t* window, const GroupNormAffine<acc_t>& affine, acc_t s,
+                        const ConvGnPoolGeometry& g, int64_t xs_h, int64_t xs_w) {
+  acc_t best = -std::numeric_limits<acc_t>::infinity();
+  for (int64_t i = 0; i < g.pool_h; ++i) {
+    for (int64_t j = 0; j < g.pool_w; ++j) {
+      const acc_t z = (affine.a * window[i * xs_h + j * xs_w] + affine.b) * s;
+      if (std::isnan(z) || z > best) best = z;
+    }
+  }
+  return best;
+}
 
 template <typename scalar_t>
 void group_norm_scale_pool_clamp(const at::Tensor& conv, const std::optional<at::Tensor>& gn_weight,
@@ -76,23 +123,14 @@ void group_norm_scale_pool_clamp(const at::Tensor& conv, const std::optional<at:
 
       for (int64_t c = grp * cpg; c < (grp + 1) * cpg; ++c) {
         const acc_t gm = gamma_p ? gamma_p[c] : acc_t(1);
-        const acc_t bt = beta_p ? beta_p[c] : acc_t(0);
+        const GroupNormAffine<acc_t> affine(mean, rstd, gm, beta_p ? beta_p[c] : acc_t(0));
         const acc_t sc = s_p[g.scale_per_channel ? c : 0];
-        // z = ((v - mean) * rstd * gamma + beta) * s increases with v exactly when gamma * s >= 0.
-        const bool take_max = gm * sc >= acc_t(0);
         const acc_t* plane = x + n * xs_n + c * xs_c;
         for (int64_t ph = 0; ph < g.pooled_h; ++ph) {
           for (int64_t pw = 0; pw < g.pooled_w; ++pw) {
-            acc_t v = static_cast<acc_t>(plane[ph * g.pool_h * xs_h + pw * g.pool_w * xs_w]);
-            for (int64_t i = 0; i < g.pool_h; ++i) {
-              const acc_t* row = plane + (ph * g.pool_h + i) * xs_h + pw * g.pool_w * xs_w;
-              for (int64_t j = 0; j < g.pool_w; ++j) {
-                const acc_t e = static_cast<acc_t>(row[j * xs_w]);
-                // A NaN anywhere in the window wins, as in max_pool2d.
-                if (std::isnan(e) || (take_max ? e > v : e < v)) v = e;
-              }
-            }
-            const acc_t z = ((v - mean) * rstd * gm + bt) * sc;
+            const acc_t* window = plane + ph * g.pool_h * xs_h + pw * g.pool_w * xs_w;
+            const acc_t z = std::isinf(affine.a) ? pool_each_element(window, affine, sc, g, xs_h, xs_w)
+                                                 : pool_finite_affine(window, affine, sc, g, xs_h, xs_w);
             y[n * ys_n + c * ys_c + ph * ys_h + pw * ys_w] =
                 static_cast<scalar_t>(clamp_like_torch(z, has_lo, lo, has_hi, hi));
           }

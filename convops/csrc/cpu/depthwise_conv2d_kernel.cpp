@@ -1,9 +1,10 @@
-// CPU implementation of convops::depthwise_conv2d: ATen's grouped convolution does the arithmetic; this file
-// validates, handles the empty batch and returns the documented output layout.
+// CPU implementation of convops::depthwise_conv2d: validates, handles the empty batch and runs the direct loop
+// (cpu/depthwise_direct.h says why not ATen's grouped convolution) into the documented output layout.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
 #include "common/checks.h"
+#include "cpu/depthwise_direct.h"
 #include "depthwise_conv2d.h"
 
 namespace convops {
@@ -16,9 +17,7 @@ at::Tensor depthwise_conv2d_cpu(const at::Tensor& input, const at::Tensor& weigh
                                 at::IntArrayRef padding, at::IntArrayRef dilation) {
   const auto g = check_depthwise_conv2d(kOp, input, weight, bias, stride, padding, dilation);
   if (g.batch == 0) return empty_output(input, {0, g.out_channels, g.out_h, g.out_w});
-  const auto out = at::convolution(input, weight, bias, stride, padding, dilation, /*transposed=*/false,
-                                   /*output_padding=*/{0, 0}, /*groups=*/g.in_channels);
-  return out.contiguous(input.suggest_memory_format());
+  return depthwise_conv2d_direct(input, weight, bias, g, input.suggest_memory_format());
 }
 
 }  // namespace

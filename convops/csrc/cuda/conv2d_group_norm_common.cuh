@@ -1,5 +1,5 @@
 // Pieces shared by the two CUDA kernels of convops::conv2d_group_norm_scale_max_pool_clamp: the launch parameters,
-// the order-preserving float <-> uint32 encoding of pooled extrema, and the per-channel sign of the affine.
+// the order-preserving float <-> uint32 encoding of pooled extrema, and how each channel pools (affine_sign).
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -50,7 +50,8 @@ struct ConvPoolParams {
   bool channels_fastest;  // input is channels_last: load the patch with the channel index varying fastest
   bool atomic_pool;       // pool windows straddle tiles: combine window pieces with atomicMax
   // Outputs of kernel 1.
-  uint32_t* extremum;     // (N, C_out, pooled_h, pooled_w): encoded max over the window of sign_c * conv
+  uint32_t* extremum;     // (N, C_out, pooled_h, pooled_w): encoded max over the window of sign_c * conv, or its
+                          // sign classes where sign_c = 0
   float4* partials;       // (N, channel_tiles, spatial_tiles, local_groups): (count, mean, M2, unused)
   // Kernel 2.
   void* output;
@@ -65,13 +66,27 @@ __device__ __forceinline__ float load_float(const void* p, int64_t i) {
   return static_cast<float>(static_cast<const T*>(p)[i]);
 }
 
-// +1 where ((v - mean) * rstd * gamma + beta) * s grows with v (gamma * s >= 0), -1 where it falls: the pool then
-// keeps the max of sign * v. rstd > 0, so this is known before any statistics exist.
+// How kernel 1 pools channel c. GroupNorm's affine is y = a x + b with a = rstd * gamma, b = -a * mean + beta (ATen's
+// form); rstd > 0, so the sign of a * s is that of gamma * s, known before any statistics exist.
+//   +1: finite gamma, gamma * s >= 0: (a x + b) * s grows with x, the window's max of x decides it;
+//   -1: finite gamma, gamma * s < 0 (or NaN, which makes every output NaN anyway): the max of -x decides it;
+//    0: gamma = +-Inf: a x + b is b (+-Inf) where x has the sign of a * b and NaN elsewhere, and that sign depends on
+//       the mean, so the window records which signs it holds (sign_classes) instead of a value.
+__device__ __forceinline__ float affine_sign(float gamma, float s) {
+  return isinf(gamma) ? 0.f : gamma * s >= 0.f ? 1.f : -1.f;
+}
+
 template <typename T>
 __device__ __forceinline__ float affine_sign(const ConvPoolParams& p, int c) {
-  const float gamma = p.gamma ? load_float<T>(p.gamma, c) : 1.f;
-  const float s = load_float<T>(p.scale, p.scale_per_channel ? c : 0);
-  return gamma * s >= 0.f ? 1.f : -1.f;
+  return affine_sign(p.gamma ? load_float<T>(p.gamma, c) : 1.f, load_float<T>(p.scale, p.scale_per_channel ? c : 0));
+}
+
+// Sign classes of a window for sign-0 channels, OR-ed over its elements (atomicOr across tile pieces; 0 = none yet):
+// kNotPositive when some element is <= 0 or NaN, kNotNegative when some element is >= 0 or NaN.
+constexpr uint32_t kNotPositive = 1u, kNotNegative = 2u;
+
+__device__ __forceinline__ uint32_t sign_classes(float x) {
+  return (x > 0.f ? 0u : kNotPositive) | (x < 0.f ? 0u : kNotNegative);
 }
 
 // Monotone map float -> uint32 (unsigned order = float order), so that atomicMax on the codes is a float max and a

@@ -1,6 +1,6 @@
 // Kernel 2 of convops::conv2d_group_norm_scale_max_pool_clamp: one CTA per (image, group) merges the group's
-// per-tile moments (Chan), then turns each pooled extremum into the output:
-//   out = clamp(((v - mean) * rstd * gamma + beta) * s, lo, hi),  v = sign_c * decoded max of sign_c * conv.
+// per-tile moments (Chan), then turns each pooled window into the output clamp((a v + b) * s, lo, hi), GroupNorm's
+// affine in ATen's form (a = rstd * gamma, b = -a * mean + beta), v = sign_c * decoded max of sign_c * conv.
 #pragma once
 
 #include "cuda/conv2d_group_norm_common.cuh"
@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams
 
   // The channel tiles holding part of this group, and the group's slot in each.
   const int tile_lo = grp * cpg / kTileN, tile_hi = ((grp + 1) * cpg - 1) / kTileN;
-  const int slots = (tile_hi - tile_lo + 1) * p.spatial_tiles;
+  const int slots = (tile_hi - tile_lo + 1) * p.spatial_tiles;  // < channel_tiles * spatial_tiles < 2^30 (fits_int32)
   Moments mom{0.f, 0.f, 0.f};
   for (int i = tid; i < slots; i += kThreads) {
     const int ct = tile_lo + i / p.spatial_tiles, st = i % p.spatial_tiles;
@@ -45,7 +45,10 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams
   }
   if (tid == 0) {
     s_stats[0] = s_mean[0];
-    s_stats[1] = rsqrtf(fmaxf(s_m2[0] / s_count[0], 0.f) + p.eps);
+    // A rounding-negative variance becomes 0; a NaN one (Inf or NaN among the conv outputs) must stay NaN, as in
+    // ATen, which fmaxf would turn into 0.
+    const float var = s_m2[0] / s_count[0];
+    s_stats[1] = rsqrtf((var < 0.f ? 0.f : var) + p.eps);
   }
   __syncthreads();
   const float mean = s_stats[0], rstd = s_stats[1];
@@ -57,12 +60,22 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams
     const float gamma = p.gamma ? load_float<T>(p.gamma, c) : 1.f;
     const float beta = p.beta ? load_float<T>(p.beta, c) : 0.f;
     const float s = load_float<T>(p.scale, p.scale_per_channel ? c : 0);
-    const float sign = affine_sign<T>(p, c);
+    const float a = rstd * gamma, b = -a * mean + beta;
+    const float sign = affine_sign(gamma, s);
+    // Infinite gamma: a window is b * s where all its elements have the sign of a * b, NaN otherwise.
+    const uint32_t spoilers = a * b > 0.f ? kNotPositive : kNotNegative;
     const uint32_t* ext = p.extremum + (static_cast<int64_t>(n) * p.out_channels + c) * plane;
     T* out_c = out + n * p.out_stride[0] + c * p.out_stride[1];
     for (int i = tid; i < plane; i += kThreads) {
-      const float v = sign * decode_ordered(ext[i]);
-      float z = ((v - mean) * rstd * gamma + beta) * s;
+      float z;
+      if (sign != 0.f) {
+        // (v - mean) * a + beta is a v + b, with the same NaN / +-Inf for finite a, without cancelling a v against
+        // a mean (|a mean| 2^-24 in fp32, ~1e-5 |gamma s| for a mean 500x the spread).
+        const float v = sign * decode_ordered(ext[i]);
+        z = ((v - mean) * a + beta) * s;
+      } else {
+        z = (ext[i] & spoilers) ? __uint_as_float(0x7fffffffu) : b * s;
+      }
       if (p.has_lo) z = z < p.lo ? p.lo : z;
       if (p.has_hi) z = z > p.hi ? p.hi : z;
       out_c[(i / p.pooled_w) * p.out_stride[2] + (i % p.pooled_w) * p.out_stride[3]] = static_cast<T>(z);

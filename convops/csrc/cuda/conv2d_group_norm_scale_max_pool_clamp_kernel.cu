@@ -1,8 +1,10 @@
 // CUDA implementation of convops::conv2d_group_norm_scale_max_pool_clamp.
 //
 // The full convolution output never reaches global memory. GroupNorm's affine times scale is, per channel,
-// z = a_c * conv + b_c with sign(a_c) = sign(gamma_c * s_c) (rstd > 0), so the max pool of z is the affine of the
-// window max of conv (a_c >= 0) or of its min (a_c < 0), and the clamp is monotone too. Hence two launches:
+// z = (a_c * conv + b_c) * s_c (ATen's form: a_c = rstd * gamma_c, b_c = beta_c - a_c * mean) and for finite gamma the
+// sign of a_c * s_c is that of gamma_c * s_c (rstd > 0), so the max pool of z is z of the window max of conv
+// (a_c s_c >= 0) or of its min (a_c s_c < 0), and the clamp is monotone too. (An infinite gamma makes z NaN or +-Inf
+// element by element; those channels pool the signs of conv instead, see affine_sign.) Hence two launches:
 //   1. conv_pool_stats_kernel: conv tiles on tensor cores -> per-window max of sign_c * conv, and per-tile group
 //      moments over the whole conv output (rows/cols the pool drops included);
 //   2. finalize_kernel: merges the moments per (image, group) and writes affine + clamp of each window's value.
@@ -19,6 +21,7 @@
 #include "conv2d_group_norm_scale_max_pool_clamp.h"
 #include "cuda/conv2d_group_norm_finalize_kernel.cuh"
 #include "cuda/conv2d_group_norm_tile_kernel.cuh"
+#include "cuda/path_choice.cuh"
 
 namespace convops {
 namespace {
@@ -61,7 +64,9 @@ void choose_tile(const ConvGnPoolGeometry& g, ConvPoolParams& p) {
   p.tile_h = g.pool_h <= height_cap ? static_cast<int>(g.pool_h * (height_cap / g.pool_h)) : height_cap;
   p.atomic_pool = p.tile_w % g.pool_w != 0 || p.tile_h % g.pool_h != 0;
   p.tiles_w = static_cast<int>((g.conv_w + p.tile_w - 1) / p.tile_w);
-  p.spatial_tiles = static_cast<int>((g.conv_h + p.tile_h - 1) / p.tile_h) * p.tiles_w;
+  // Saturated rather than wrapped: fits_int32 then sends a problem with too many tiles to the composite path.
+  const int64_t spatial_tiles = (g.conv_h + p.tile_h - 1) / p.tile_h * p.tiles_w;
+  p.spatial_tiles = static_cast<int>(std::min<int64_t>(spatial_tiles, INT32_MAX));
   p.channel_tiles = static_cast<int>((g.out_channels + kTileN - 1) / kTileN);
   p.local_groups = static_cast<int>(std::min<int64_t>(g.num_groups, (kTileN - 1) / g.channels_per_group + 2));
 }
@@ -69,14 +74,18 @@ void choose_tile(const ConvGnPoolGeometry& g, ConvPoolParams& p) {
 // Shared-memory layout for chunk_channels input channels per main-loop step; returns the bytes it needs.
 int layout_smem(const ConvGnPoolGeometry& g, int chunk_channels, int k_step, ConvPoolParams& p) {
   p.chunk_channels = chunk_channels;
-  p.patch_h = static_cast<int>((p.tile_h - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h + 1);
-  p.patch_w = static_cast<int>((p.tile_w - 1) * g.stride_w + (g.kernel_w - 1) * g.dilation_w + 1);
+  // In 64 bits until the size check: a huge dilation or stride must not wrap into a small patch.
+  const int64_t patch_h = (p.tile_h - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h + 1;
+  const int64_t patch_w = (p.tile_w - 1) * g.stride_w + (g.kernel_w - 1) * g.dilation_w + 1;
+  if (patch_h > kMaxSmemBytes / 4 || patch_w > kMaxSmemBytes / 4) return INT32_MAX;
+  // chunk_channels planes of input and one plane of zeros for the K padding (see the kernel's setup).
+  const int64_t patch = ((static_cast<int64_t>(chunk_channels) + 1) * patch_h * patch_w + 3) / 4 * 4;
+  if (patch * 4 > kMaxSmemBytes) return INT32_MAX;
+  p.patch_h = static_cast<int>(patch_h);
+  p.patch_w = static_cast<int>(patch_w);
   p.k_chunk = static_cast<int>(chunk_channels * g.kernel_h * g.kernel_w);
   p.k_chunk_padded = (p.k_chunk + k_step - 1) / k_step * k_step;
   p.weight_ld = p.k_chunk_padded + 4;  // = 4 mod 8 floats: B-fragment loads hit 32 distinct banks
-  // chunk_channels planes of input and one plane of zeros for the K padding (see the kernel's setup).
-  const int64_t patch = ((static_cast<int64_t>(chunk_channels) + 1) * p.patch_h * p.patch_w + 3) / 4 * 4;
-  if (patch * 4 > kMaxSmemBytes) return INT32_MAX;
   p.smem_koff = kTileN * p.weight_ld;
   p.smem_patch = (p.smem_koff + p.k_chunk_padded + 3) / 4 * 4;
   p.smem_small = p.smem_patch + std::max(static_cast<int>(patch), kTileN * kEpilogueLd);
@@ -90,6 +99,21 @@ int choose_chunk(const ConvGnPoolGeometry& g, int k_step, ConvPoolParams& p) {
   while (chunk > 1 && layout_smem(g, chunk, k_step, p) > kTargetSmemBytes) chunk = (chunk + 1) / 2;
   const int bytes = layout_smem(g, chunk, k_step, p);
   return bytes <= kMaxSmemBytes ? bytes : 0;
+}
+
+// The kernels index in int where a value is bounded by these (64-bit only where offsets reach tensors): image
+// coordinates (ih = oh * stride - pad + r), channel counts and loop bounds with a CTA's stride added to them. Larger
+// problems take the composite path.
+bool fits_int32(const ConvGnPoolGeometry& g, const ConvPoolParams& p) {
+  constexpr int64_t kLimit = int64_t{1} << 30;  // leaves headroom for a loop's last increment
+  // Factors first, so that no product below overflows int64.
+  return g.in_h + 2 * g.pad_h < kLimit && g.in_w + 2 * g.pad_w < kLimit && g.stride_h < kLimit &&
+         g.stride_w < kLimit && g.dilation_h < kLimit && g.dilation_w < kLimit && g.in_channels < kLimit &&
+         g.out_channels < kLimit && g.batch < kLimit && g.batch * g.num_groups < kLimit &&
+         g.batch * p.spatial_tiles < kLimit && int64_t{p.channel_tiles} * p.spatial_tiles < kLimit &&
+         g.pooled_h * g.pooled_w < kLimit &&
+         g.out_channels * (g.pooled_h * g.pooled_w) < kLimit &&
+         p.channel_tiles <= 65535;  // the tile kernel's gridDim.y
 }
 
 template <typename T, MmaMode kMode>
@@ -112,34 +136,11 @@ void launch(ConvPoolParams& p, const ConvGnPoolGeometry& g, int smem_bytes, cuda
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
-    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
-    at::IntArrayRef padding, at::IntArrayRef dilation, int64_t num_groups, const std::optional<at::Tensor>& gn_weight,
-    const std::optional<at::Tensor>& gn_bias, double eps, const at::Tensor& scale, at::IntArrayRef pool_kernel,
-    std::optional<double> clamp_min, std::optional<double> clamp_max) {
-  const auto g = check_conv2d_group_norm_scale_max_pool_clamp(input, weight, bias, stride, padding, dilation,
-                                                              num_groups, gn_weight, gn_bias, eps, scale, pool_kernel);
-  c10::cuda::CUDAGuard guard(input.device());
-  at::Tensor out = empty_output(input, {g.batch, g.out_channels, g.pooled_h, g.pooled_w});
-  if (g.batch == 0) return out;
-
-  const auto dtype = input.scalar_type();
-  // fp32 runs 3xTF32 in both precision modes (see MmaMode): eager's conv here is fp32-accurate even with TF32 allowed.
-  const MmaMode mode = dtype == at::kHalf       ? MmaMode::kFp16
-                       : dtype == at::kBFloat16 ? MmaMode::kBf16
-                                                : MmaMode::kTf32x3;
-  const int k_step = mode == MmaMode::kTf32x3 ? 8 : 16;
-  ConvPoolParams p{};
-  choose_tile(g, p);
-  const int smem_bytes = dtype == at::kDouble ? 0 : choose_chunk(g, k_step, p);
-  const bool fits_int32 = g.in_h * g.in_w < INT32_MAX && g.batch * g.num_groups < INT32_MAX &&
-                          g.batch * p.spatial_tiles < INT32_MAX &&
-                          g.out_channels * g.pooled_h * g.pooled_w < INT32_MAX;
-  if (smem_bytes == 0 || !fits_int32) {
-    return composite(input, weight, bias, stride, padding, dilation, num_groups, gn_weight, gn_bias, eps, scale,
-                     pool_kernel, clamp_min, clamp_max, g);
-  }
-
+// The two fused kernels (conv tile -> pooled extrema + group partials; merge -> affine -> clamp) into `out`.
+void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+               const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias, double eps,
+               const at::Tensor& scale, std::optional<double> clamp_min, std::optional<double> clamp_max,
+               const ConvGnPoolGeometry& g, ConvPoolParams p, int smem_bytes, MmaMode mode, at::Tensor& out) {
   // Per-channel vectors as dense 1-D tensors (tiny; no host synchronization).
   const auto flat = [](const at::Tensor& t) { return t.reshape({-1}).contiguous(); };
   const at::Tensor bias_c = bias.has_value() && bias->defined() ? flat(*bias) : at::Tensor();
@@ -204,7 +205,42 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
   } else {
     launch<c10::Half, MmaMode::kFp16>(p, g, smem_bytes, stream);
   }
-  return out;
+}
+
+at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
+    const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+    at::IntArrayRef padding, at::IntArrayRef dilation, int64_t num_groups, const std::optional<at::Tensor>& gn_weight,
+    const std::optional<at::Tensor>& gn_bias, double eps, const at::Tensor& scale, at::IntArrayRef pool_kernel,
+    std::optional<double> clamp_min, std::optional<double> clamp_max) {
+  const auto g = check_conv2d_group_norm_scale_max_pool_clamp(input, weight, bias, stride, padding, dilation,
+                                                              num_groups, gn_weight, gn_bias, eps, scale, pool_kernel);
+  c10::cuda::CUDAGuard guard(input.device());
+  if (g.batch == 0) return empty_output(input, {0, g.out_channels, g.pooled_h, g.pooled_w});
+
+  const auto dtype = input.scalar_type();
+  // fp32 runs 3xTF32 in both precision modes (see MmaMode): eager's conv here is fp32-accurate even with TF32 allowed.
+  const MmaMode mode = dtype == at::kHalf       ? MmaMode::kFp16
+                       : dtype == at::kBFloat16 ? MmaMode::kBf16
+                                                : MmaMode::kTf32x3;
+  const int k_step = mode == MmaMode::kTf32x3 ? 8 : 16;
+  ConvPoolParams p{};
+  choose_tile(g, p);
+  const int smem_bytes = dtype == at::kDouble ? 0 : choose_chunk(g, k_step, p);
+  const auto aten = [&] {
+    return composite(input, weight, bias, stride, padding, dilation, num_groups, gn_weight, gn_bias, eps, scale,
+                     pool_kernel, clamp_min, clamp_max, g);
+  };
+  if (smem_bytes == 0 || !fits_int32(g, p)) return aten();
+  const auto fused = [&] {
+    at::Tensor out = empty_output(input, {g.batch, g.out_channels, g.pooled_h, g.pooled_w});
+    run_fused(input, weight, bias, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, p, smem_bytes, mode, out);
+    return out;
+  };
+  // The fused kernels, or the ATen chain where that is faster (cuda/path_choice.cuh).
+  return cuda::run_chosen_path(
+      cuda::problem_key("convops::conv2d_group_norm_scale_max_pool_clamp", input, weight, bias, stride, padding,
+                        dilation, num_groups, gn_weight, gn_bias, eps, scale, pool_kernel, clamp_min, clamp_max),
+      fused, aten);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Kernel 1 of convops::conv2d_group_norm_scale_max_pool_clamp: a CTA computes 128-pixel x 64-channel tiles of the
 // convolution on tensor cores (implicit GEMM from an input patch in shared memory), then, without ever writing the
 // tile to global memory, reduces it to
-//   - per pooling window: max of sign_c * conv (the only value the pooled output needs, see affine_sign), and
+//   - per pooling window: max of sign_c * conv (the only value the pooled output needs, see affine_sign), or for a
+//     channel with an infinite GroupNorm weight the signs its conv values take, and
 //   - per group in the tile: (count, mean, M2) over ALL its valid pixels, also those the pool drops,
 //     computed two-pass from shared memory (exact mean first, then squared deviations).
 #pragma once
@@ -18,7 +19,7 @@ struct MmaTraits {
   static constexpr int kStep = (kMode == MmaMode::kTf32 || kMode == MmaMode::kTf32x3) ? 8 : 16;
 };
 
-// The value stored in shared memory for a multiplication operand: TF32 mode rounds once here (cvt.rna), the other
+// The value stored in shared memory for a multiplication operand: TF32 mode rounds once here (round_tf32), the other
 // modes keep fp32 (3xTF32 splits at fragment load; half modes hold values exact in their type already).
 template <MmaMode kMode>
 __device__ __forceinline__ float stage_operand(float x) {
@@ -79,15 +80,15 @@ __device__ __forceinline__ void mma_k_step(float (&acc)[2][4][4], const float* p
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          ah[mi][r] = tf32_bits(a[mi][r]);
-          al[mi][r] = tf32_bits(a[mi][r] - __uint_as_float(ah[mi][r]));
+          ah[mi][r] = tf32_bits_for_split(a[mi][r]);
+          al[mi][r] = tf32_bits_for_split(a[mi][r] - __uint_as_float(ah[mi][r]));
         }
 #pragma unroll
       for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          bh[ni][r] = tf32_bits(b[ni][r]);
-          bl[ni][r] = tf32_bits(b[ni][r] - __uint_as_float(bh[ni][r]));
+          bh[ni][r] = tf32_bits_for_split(b[ni][r]);
+          bl[ni][r] = tf32_bits_for_split(b[ni][r] - __uint_as_float(bh[ni][r]));
         }
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
@@ -332,18 +333,27 @@ __global__ void __launch_bounds__(kThreads, 3) conv_pool_stats_kernel(const Conv
         const int c_lo = max(pc * p.pool_w, ow0) - ow0, c_hi = min((pc + 1) * p.pool_w, ow0 + cols) - ow0;
         const float sign = s_sign[ch];
         const float* plane = tile + ch * kEpilogueLd;
-        float best = -INFINITY;
-        for (int r = r_lo; r < r_hi; ++r)
-          for (int c = c_lo; c < c_hi; ++c) {
-            const float v = sign * plane[r * p.tile_w + c];
-            best = (v > best || v != v) ? v : best;
-          }
+        uint32_t code = 0;
+        if (sign != 0.f) {
+          float best = -INFINITY;
+          for (int r = r_lo; r < r_hi; ++r)
+            for (int c = c_lo; c < c_hi; ++c) {
+              const float v = sign * plane[r * p.tile_w + c];
+              best = (v > best || v != v) ? v : best;
+            }
+          code = encode_ordered(best);
+        } else {  // infinite gamma (see affine_sign)
+          for (int r = r_lo; r < r_hi; ++r)
+            for (int c = c_lo; c < c_hi; ++c) code |= sign_classes(plane[r * p.tile_w + c]);
+        }
         const int64_t out =
             ((static_cast<int64_t>(n) * p.out_channels + co0 + ch) * p.pooled_h + pr) * p.pooled_w + pc;
-        if (p.atomic_pool) {
-          atomicMax(p.extremum + out, encode_ordered(best));
+        if (!p.atomic_pool) {
+          p.extremum[out] = code;
+        } else if (sign != 0.f) {
+          atomicMax(p.extremum + out, code);
         } else {
-          p.extremum[out] = encode_ordered(best);
+          atomicOr(p.extremum + out, code);
         }
       }
     }

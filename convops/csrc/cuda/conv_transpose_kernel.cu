@@ -1,6 +1,7 @@
 // CUDA kernels of convops::conv_transpose2d / conv_transpose3d: the host side. It transforms the weight once per
 // call into the layout the kernel reads, picks the precision policy and the tiling, and launches
-// conv_transpose_kernel (conv_transpose_implicit_gemm.cuh). 2-D calls run as 3-D with depth 1.
+// conv_transpose_kernel (conv_transpose_implicit_gemm.cuh), then the correction for non-finite weight taps
+// (conv_transpose_nonfinite.cuh). 2-D calls run as 3-D with depth 1.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -15,6 +16,8 @@
 #include "common/precision.h"
 #include "conv_transpose.h"
 #include "cuda/conv_transpose_implicit_gemm.cuh"
+#include "cuda/conv_transpose_nonfinite.cuh"
+#include "cuda/path_choice.cuh"
 
 namespace convops {
 namespace {
@@ -32,7 +35,9 @@ int log2_exact(int64_t v) {
 
 // (G, KD, KH, KW, cin_words, cout_pad) words: per group and tap, a [channel word][output channel] matrix, zero
 // padded to whole chunks and channel blocks, so the kernel copies whole 16-byte rows without bounds checks.
-// TF32: operands RN-rounded here once; bf16/fp16: two consecutive input channels per 32-bit word.
+// TF32: operands RN-rounded here once; bf16/fp16: two consecutive input channels per 32-bit word. Non-finite
+// entries become finite (+-Inf -> +-tiny, NaN -> 0): the zeros around the input must not turn them into NaN, and
+// conv_transpose_nonfinite_weight_kernel adds their real terms afterwards (conv_transpose_nonfinite.cuh).
 at::Tensor transform_weight(const at::Tensor& weight5d, int64_t groups, int64_t channels_per_word, int64_t cin_words,
                             int64_t cout_pad, bool tf32) {
   const int64_t cin_g = weight5d.size(0) / groups, cout_g = weight5d.size(1);
@@ -45,12 +50,17 @@ at::Tensor transform_weight(const at::Tensor& weight5d, int64_t groups, int64_t 
   }
   w = w.contiguous();
   if (tf32) {
-    // cvt.rna.tf32.f32 on the bits: round to nearest, ties away; inf and nan pass through.
+    // cuda::tf32_bits on the bits: round to nearest, ties to even. What is or rounds to non-finite (|w| near
+    // FLT_MAX; a NaN of low payload comes out as Inf) is made finite by nan_to_num below; the correction kernel
+    // rounds the original entries with tf32_bits itself and so adds those very taps.
     const at::Tensor bits = w.view(at::kInt);
-    const at::Tensor rounded = at::bitwise_and(bits + 0x1000, ~0x1FFF).view(at::kFloat);
-    w = at::where(w.isfinite(), rounded, w);
+    const at::Tensor half_ulp = at::bitwise_and(at::bitwise_right_shift(bits, 13), 1) + 0xFFF;
+    w = at::bitwise_and(bits + half_ulp, ~0x1FFF).view(at::kFloat);
   }
-  return w;
+  // The smallest normal number of the dtype (exact in TF32 too): x * tiny of a finite x stays far from overflow,
+  // and +-Inf * +-tiny is the infinity +-Inf * +-Inf would give.
+  const double tiny = w.scalar_type() == at::kHalf ? 0x1p-14 : static_cast<double>(std::numeric_limits<float>::min());
+  return at::nan_to_num(w, 0.0, tiny, -tiny);
 }
 
 struct Tiling {
@@ -95,15 +105,20 @@ Tiling choose_tiling(const ConvTransposeParams& p, int bm, int bn, int word_byte
   t.chunk = cin_words_min >= 16 ? 16 : 8;
   const int pitch = cuda::conv_transpose_weight_pitch(bn);
   const auto plan = [&] {
-    int volume = 1;
+    // 64-bit (and saturated) until the budget holds: with huge dilations the first candidate bricks exceed int (the
+    // loop below then splits the taps until one brick is a tile), and a wrapped size could pass for a small one.
+    constexpr int64_t kFarOverBudget = int64_t{1} << 32;
+    int64_t volume = 1;
     for (int d = 0; d < 3; ++d) {
       t.brick[d] = (1 << t.tile_log2[d]) + (t.group_taps[d] - 1) * p.offset_step[d];
-      volume *= t.brick[d];
+      volume = std::min(volume * t.brick[d], kFarOverBudget);
     }
-    t.brick_plane = (volume + 31) / 32 * 32 + 8;  // fragment rows of 4 channel words land on 4 bank octets
+    const int64_t brick_plane = (volume + 31) / 32 * 32 + 8;  // fragment rows of 4 channel words: 4 bank octets
     const int64_t taps = static_cast<int64_t>(t.group_taps[0]) * t.group_taps[1] * t.group_taps[2];
-    t.stage_words = static_cast<int>(t.chunk * t.brick_plane + taps * t.chunk * pitch);
-    return int64_t{2} * t.stage_words * word_bytes;  // two stages: one multiplied while the next is copied in
+    const int64_t stage_words = t.chunk * brick_plane + taps * t.chunk * pitch;
+    t.brick_plane = static_cast<int>(std::min<int64_t>(brick_plane, std::numeric_limits<int>::max()));
+    t.stage_words = static_cast<int>(std::min<int64_t>(stage_words, std::numeric_limits<int>::max()));
+    return int64_t{2} * stage_words * word_bytes;  // two stages: one multiplied while the next is copied in
   };
   while (plan() > kSharedBudget) {
     if (t.chunk > 8) {
@@ -124,6 +139,18 @@ Tiling choose_tiling(const ConvTransposeParams& p, int bm, int bn, int word_byte
   const int64_t staging = static_cast<int64_t>(bn) * cuda::conv_transpose_stage_pitch(bm) * acc_bytes;
   t.shared_bytes = std::max(plan(), staging);
   return t;
+}
+
+// Adds the terms of the non-finite taps of `weight5d` (the weight as received, 5-D) to the main kernel's output.
+// One short launch when every tap is finite; no host synchronisation (CUDA graphs capture it).
+template <class Math>
+void launch_nonfinite_weight_correction(const ConvTransposeParams& p, const at::Tensor& weight5d) {
+  cuda::RawWeight w{weight5d.data_ptr(), {}, weight5d.numel()};
+  for (int i = 0; i < 5; ++i) w.stride[i] = weight5d.stride(i);
+  const int64_t blocks = (w.numel + cuda::kNonfiniteWeightThreads - 1) / cuda::kNonfiniteWeightThreads;
+  cuda::conv_transpose_nonfinite_weight_kernel<Math><<<static_cast<unsigned>(blocks), cuda::kNonfiniteWeightThreads,
+                                                        0, c10::cuda::getCurrentCUDAStream()>>>(p, w);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <class Math, int BM, int BN>
@@ -157,6 +184,7 @@ void launch(ConvTransposeParams p, const at::Tensor& weight5d, bool tf32) {
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(p.total_tiles, int64_t{1} << 30));
   kernel<<<grid, cuda::kConvTransposeThreads, t.shared_bytes, c10::cuda::getCurrentCUDAStream()>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_nonfinite_weight_correction<Math>(p, weight5d);
 }
 
 // Tensor cores: channel blocks of BN <= 32 (wider groups take several blocks); narrow blocks get taller tiles so each
@@ -170,9 +198,8 @@ void launch_tensor_core(const ConvTransposeParams& p, const at::Tensor& weight5d
   return launch<Math, 256, 32>(p, weight5d, tf32);
 }
 
-at::Tensor conv_transpose_cuda(const char* op, const at::Tensor& input, const at::Tensor& weight,
-                               const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args) {
-  const c10::cuda::CUDAGuard guard(input.device());
+at::Tensor conv_transpose_kernel_path(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                                      const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args) {
   const int64_t sd = args.spatial_dims;
   std::vector<int64_t> sizes{input.size(0), weight.size(1) * args.groups};
   sizes.insert(sizes.end(), args.output_size.begin(), args.output_size.end());
@@ -236,6 +263,22 @@ at::Tensor conv_transpose_cuda(const char* op, const at::Tensor& input, const at
       CONVOPS_CHECK(op, false, "unsupported dtype ", input.scalar_type());
   }
   return output;
+}
+
+// The convops kernel, or ATen's transposed convolution where that is faster (cuda/path_choice.cuh).
+at::Tensor conv_transpose_cuda(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                               const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args) {
+  const c10::cuda::CUDAGuard guard(input.device());
+  if (input.numel() == 0) return conv_transpose_kernel_path(op, input, weight, bias, args);  // nothing to time
+  return cuda::run_chosen_path(
+      cuda::problem_key(op, input, weight, bias, at::IntArrayRef(args.stride), at::IntArrayRef(args.padding),
+                        at::IntArrayRef(args.output_padding), args.groups, at::IntArrayRef(args.dilation)),
+      [&] { return conv_transpose_kernel_path(op, input, weight, bias, args); },
+      [&] {
+        return at::convolution(input, weight, bias, args.stride, args.padding, args.dilation, /*transposed=*/true,
+                               args.output_padding, args.groups)
+            .contiguous(input.suggest_memory_format());
+      });
 }
 
 }  // namespace

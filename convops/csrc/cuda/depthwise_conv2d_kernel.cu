@@ -20,6 +20,7 @@
 #include "cuda/depthwise_conv2d_launch.cuh"
 #include "cuda/depthwise_stencil.cuh"
 #include "cuda/device_utils.cuh"
+#include "cuda/path_choice.cuh"
 #include "depthwise_conv2d.h"
 
 #include <algorithm>
@@ -370,13 +371,32 @@ Strides4d strides_of(const at::Tensor& t) {
   return Strides4d{t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
 }
 
+void check_coordinates_fit_int(const char* op, const DepthwiseGeometry& d) {
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  // Along one dimension the kernels form coordinates between -pad and (out + kTileCols) * stride + (kernel - 1) *
+  // dilation; each factor is bounded first so that the products cannot overflow int64 either.
+  const auto fits = [&](int64_t out, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
+    for (const int64_t v : {out, kernel, stride, pad, dilation}) {
+      if (v >= kIntMax) return false;
+    }
+    return (out + kTileCols) * stride + pad + (kernel - 1) * dilation < kIntMax;
+  };
+  CONVOPS_CHECK(op,
+                fits(d.out_h, d.kernel_h, d.stride_h, d.pad_h, d.dilation_h) &&
+                    fits(d.out_w, d.kernel_w, d.stride_w, d.pad_w, d.dilation_w) && d.out_channels < kIntMax,
+                "kernel (", d.kernel_h, ", ", d.kernel_w, "), stride (", d.stride_h, ", ", d.stride_w, "), padding (",
+                d.pad_h, ", ", d.pad_w, ") and dilation (", d.dilation_h, ", ", d.dilation_w,
+                ") reach plane coordinates past the CUDA kernels' 32-bit range");
+}
+
 // Writes depthwise_conv2d(input, weight, bias) into output (any dense layout). Also the unfused fallback of the
 // separable op, which is why it is not static.
 void depthwise_conv2d_into(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                           at::Tensor& output, const DepthwiseGeometry& d) {
+                           at::Tensor& output, const DepthwiseGeometry& d, const char* op) {
   const int64_t int_max = std::numeric_limits<int>::max();
-  CONVOPS_CHECK(kOp, d.in_h * d.in_w < int_max && d.kernel_h * d.kernel_w < int_max && d.out_h * d.out_w < int_max,
+  CONVOPS_CHECK(op, d.in_h * d.in_w < int_max && d.kernel_h * d.kernel_w < int_max && d.out_h * d.out_w < int_max,
                 "one channel plane must have fewer than 2^31 elements, got input ", input.sizes());
+  check_coordinates_fit_int(op, d);
   Args a{make_geometry(d), d.out_channels, 0, 0, strides_of(input), strides_of(output)};
   const auto weight_c = weight.contiguous();
   const auto bias_c = bias.has_value() && bias->defined() ? std::optional<at::Tensor>(bias->contiguous())
@@ -393,10 +413,17 @@ at::Tensor depthwise_conv2d_cuda(const at::Tensor& input, const at::Tensor& weig
                                  at::IntArrayRef padding, at::IntArrayRef dilation) {
   const auto d = check_depthwise_conv2d(kOp, input, weight, bias, stride, padding, dilation);
   const c10::cuda::CUDAGuard guard(input.device());
-  auto output = empty_output(input, {d.batch, d.out_channels, d.out_h, d.out_w});
-  if (output.numel() == 0) return output;
-  depthwise_conv2d_into(input, weight, bias, output, d);
-  return output;
+  const auto kernel_path = [&] {
+    auto output = empty_output(input, {d.batch, d.out_channels, d.out_h, d.out_w});
+    if (output.numel() > 0) depthwise_conv2d_into(input, weight, bias, output, d, kOp);
+    return output;
+  };
+  if (d.batch == 0) return kernel_path();
+  // The convops kernels, or ATen's grouped convolution where it is faster (cuda/path_choice.cuh).
+  return run_chosen_path(problem_key(kOp, input, weight, bias, stride, padding, dilation), kernel_path, [&] {
+    return at::convolution(input, weight, bias, stride, padding, dilation, false, {0, 0}, d.in_channels)
+        .contiguous(input.suggest_memory_format());
+  });
 }
 
 }  // namespace

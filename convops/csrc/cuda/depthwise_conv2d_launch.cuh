@@ -15,9 +15,15 @@ namespace depthwise {
 Geometry make_geometry(const DepthwiseGeometry& d);
 Strides4d strides_of(const at::Tensor& t);
 
-// Writes depthwise_conv2d(input, weight, bias) with geometry d into output (dense, any layout; non-empty).
+// Raises "<op>: ..." unless every plane coordinate the depthwise kernels form (with the stride, padding and dilation
+// of d, tiles up to 128 outputs wide rounded past the last output) fits in int. Tensor offsets are 64-bit anyway.
+void check_coordinates_fit_int(const char* op, const DepthwiseGeometry& d);
+
+// Writes depthwise_conv2d(input, weight, bias) with geometry d into output (dense, any layout; non-empty). Errors
+// name `op` (the separable op passes its own name when it runs this as its unfused fallback).
 void depthwise_conv2d_into(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                           at::Tensor& output, const DepthwiseGeometry& d);
+                           at::Tensor& output, const DepthwiseGeometry& d,
+                           const char* op = "convops::depthwise_conv2d");
 
 }  // namespace depthwise
 }  // namespace cuda

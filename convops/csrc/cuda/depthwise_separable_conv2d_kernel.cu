@@ -26,6 +26,7 @@
 #include "cuda/depthwise_conv2d_launch.cuh"
 #include "cuda/depthwise_stencil.cuh"
 #include "cuda/device_utils.cuh"
+#include "cuda/path_choice.cuh"
 #include "depthwise_separable_conv2d.h"
 
 #include <type_traits>
@@ -388,20 +389,16 @@ void launch_fused_taps(const at::Tensor& input, const at::Tensor& dw_weight, con
   }
 }
 
-at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Tensor& depthwise_weight,
-                                           const std::optional<at::Tensor>& depthwise_bias,
-                                           const at::Tensor& pointwise_weight,
-                                           const std::optional<at::Tensor>& pointwise_bias, at::IntArrayRef stride,
-                                           at::IntArrayRef padding, at::IntArrayRef dilation) {
-  const auto d = check_depthwise_separable_conv2d(kOp, input, depthwise_weight, depthwise_bias, pointwise_weight,
-                                                  pointwise_bias, stride, padding, dilation);
-  const c10::cuda::CUDAGuard guard(input.device());
+// The fused kernel (or, where it does not apply, the convops depthwise kernel then ATen's 1x1 convolution).
+at::Tensor kernel_path(const at::Tensor& input, const at::Tensor& depthwise_weight,
+                       const std::optional<at::Tensor>& depthwise_bias, const at::Tensor& pointwise_weight,
+                       const std::optional<at::Tensor>& pointwise_bias, const DepthwiseGeometry& d) {
   const int64_t out_channels = pointwise_weight.size(0);
   auto output = empty_output(input, {d.batch, out_channels, d.out_h, d.out_w});
-  if (output.numel() == 0) return output;
   const int64_t int_max = std::numeric_limits<int>::max();
   CONVOPS_CHECK(kOp, d.in_h * d.in_w < int_max && d.out_h * d.out_w < int_max && out_channels < int_max,
                 "one channel plane must have fewer than 2^31 elements, got input ", input.sizes());
+  check_coordinates_fit_int(kOp, d);
 
   Args a{};
   a.g = make_geometry(d);
@@ -430,7 +427,7 @@ at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Te
     // reads channel-contiguously and cuDNN's NHWC 1x1 convolution serves well (the fused kernel stages NCHW row
     // pieces); fp64, which has no tensor-core path to gain from fusion.
     auto mid = empty_output(input, {d.batch, d.out_channels, d.out_h, d.out_w});
-    depthwise_conv2d_into(input, depthwise_weight, depthwise_bias, mid, d);
+    depthwise_conv2d_into(input, depthwise_weight, depthwise_bias, mid, d, kOp);
     output.copy_(at::convolution(mid, pointwise_weight, pointwise_bias, {1, 1}, {0, 0}, {1, 1}, false, {0, 0}, 1));
     return output;
   }
@@ -458,6 +455,28 @@ at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Te
     }
   });
   return output;
+}
+
+at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Tensor& depthwise_weight,
+                                           const std::optional<at::Tensor>& depthwise_bias,
+                                           const at::Tensor& pointwise_weight,
+                                           const std::optional<at::Tensor>& pointwise_bias, at::IntArrayRef stride,
+                                           at::IntArrayRef padding, at::IntArrayRef dilation) {
+  const auto d = check_depthwise_separable_conv2d(kOp, input, depthwise_weight, depthwise_bias, pointwise_weight,
+                                                  pointwise_bias, stride, padding, dilation);
+  const c10::cuda::CUDAGuard guard(input.device());
+  if (d.batch == 0) return empty_output(input, {0, pointwise_weight.size(0), d.out_h, d.out_w});
+  // The convops kernel, or ATen's two convolutions where they are faster (cuda/path_choice.cuh).
+  return run_chosen_path(
+      problem_key(kOp, input, depthwise_weight, depthwise_bias, pointwise_weight, pointwise_bias, stride, padding,
+                  dilation),
+      [&] { return kernel_path(input, depthwise_weight, depthwise_bias, pointwise_weight, pointwise_bias, d); },
+      [&] {
+        const auto mid = at::convolution(input, depthwise_weight, depthwise_bias, stride, padding, dilation, false,
+                                         {0, 0}, d.in_channels);
+        return at::convolution(mid, pointwise_weight, pointwise_bias, {1, 1}, {0, 0}, {1, 1}, false, {0, 0}, 1)
+            .contiguous(input.suggest_memory_format());
+      });
 }
 
 }  // namespace

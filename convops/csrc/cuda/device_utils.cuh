@@ -13,16 +13,33 @@ __host__ __device__ __forceinline__ T ceil_div(T a, T b) {
   return (a + b - 1) / b;
 }
 
-// fp32 -> tf32 with round-to-nearest (ties away), as cuDNN rounds TF32 operands. The result is an fp32 bit pattern
-// whose low 13 mantissa bits are zero, usable both as an MMA operand and in ordinary fp32 arithmetic.
+// fp32 -> tf32, rounded to nearest with ties to even, as the GEMM kernels behind PyTorch's TF32 convolutions round
+// their operands on Hopper (cuBLAS for 1x1 convolutions, cuDNN's sm90 dgrad kernels for transposed ones; measured
+// with tools/probe/tf32_single_product.py and tf32_ties.py). One fp32 value in 8192 is a tie, so the rule shows at
+// 1e-4 on seed-sized outputs. The result is an fp32 bit pattern whose low 13 mantissa bits are zero, usable both as
+// an MMA operand and in ordinary fp32 arithmetic.
 __device__ __forceinline__ uint32_t tf32_bits(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900  // cvt.rn.tf32 needs sm_90: the same rule in integer arithmetic
+  const uint32_t b = __float_as_uint(x);
+  if ((b & 0x7f800000u) == 0x7f800000u) return (b & ~0x1fffu) | ((b & 0x1fffu) ? 0x400000u : 0u);  // Inf; NaN stays NaN
+  return (b + 0xfffu + ((b >> 13) & 1u)) & ~0x1fffu;
+#else
   uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
   return r;
+#endif
 }
 
 __device__ __forceinline__ float round_tf32(float x) {
   return __uint_as_float(tf32_bits(x));
+}
+
+// fp32 -> tf32 rounded to nearest with ties away: one instruction (the ties-to-even conversion costs registers in
+// the 3xTF32 GEMM loop), for splitting x into hi + lo TF32 parts, where the rule does not change the result.
+__device__ __forceinline__ uint32_t tf32_bits_for_split(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
 }
 
 // D += A * B on one warp, m16n8k8, TF32 operands, fp32 accumulators (PTX ISA "mma.sync ... .tf32").

@@ -1,0 +1,116 @@
+// The path policy and the record of "auto" decisions, and the ops that expose them to Python
+// (convops/path_choice.py): convops::_set_path_policy, _path_policy, _path_choices, _clear_path_choices.
+#include "path_choice.h"
+
+#include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+namespace convops {
+namespace {
+
+const char* name_of(PathPolicy policy) {
+  switch (policy) {
+    case PathPolicy::kConvops: return "convops";
+    case PathPolicy::kAten: return "aten";
+    default: return "auto";
+  }
+}
+
+PathPolicy parse(const std::string& name, const char* where) {
+  if (name == "auto") return PathPolicy::kAuto;
+  if (name == "convops") return PathPolicy::kConvops;
+  if (name == "aten") return PathPolicy::kAten;
+  TORCH_CHECK(false, "convops: ", where, " must be 'auto', 'convops' or 'aten', got '", name, "'");
+}
+
+std::atomic<PathPolicy>& policy_slot() {
+  static std::atomic<PathPolicy> policy{[] {
+    const char* env = std::getenv("CONVOPS_PATH");
+    return env && *env ? parse(env, "CONVOPS_PATH") : PathPolicy::kAuto;
+  }()};
+  return policy;
+}
+
+struct Decision {
+  Path path;
+  double convops_ms, aten_ms;
+};
+
+struct Record {
+  std::mutex mutex;
+  std::map<std::string, Decision> decisions;
+};
+
+Record& record() {
+  static Record r;
+  return r;
+}
+
+}  // namespace
+
+PathPolicy path_policy() {
+  return policy_slot().load();
+}
+
+void set_path_policy(PathPolicy policy) {
+  policy_slot().store(policy);
+}
+
+bool cached_path(const std::string& key, Path* path) {
+  auto& r = record();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  const auto it = r.decisions.find(key);
+  if (it == r.decisions.end()) return false;
+  *path = it->second.path;
+  return true;
+}
+
+void record_path(const std::string& key, Path path, double convops_ms, double aten_ms) {
+  auto& r = record();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  r.decisions[key] = Decision{path, convops_ms, aten_ms};
+}
+
+namespace {
+
+void set_policy_op(c10::string_view name) {
+  set_path_policy(parse(std::string(name), "the path policy"));
+}
+
+std::string policy_op() {
+  return name_of(path_policy());
+}
+
+std::vector<std::string> choices_op() {
+  auto& r = record();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<std::string> lines;
+  for (const auto& [key, d] : r.decisions) {
+    lines.push_back(c10::str(key, " -> ", d.path == Path::kConvops ? "convops" : "aten", " (convops ", d.convops_ms,
+                             " ms, aten ", d.aten_ms, " ms)"));
+  }
+  return lines;
+}
+
+void clear_choices_op() {
+  auto& r = record();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  r.decisions.clear();
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(convops, m) {
+  m.def("_set_path_policy(str policy) -> ()", &set_policy_op);
+  m.def("_path_policy() -> str", &policy_op);
+  m.def("_path_choices() -> str[]", &choices_op);
+  m.def("_clear_path_choices() -> ()", &clear_choices_op);
+}
+
+}  // namespace convops
