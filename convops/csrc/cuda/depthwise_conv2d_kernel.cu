@@ -18,6 +18,7 @@
 
 #include "common/checks.h"
 #include "cuda/depthwise_conv2d_launch.cuh"
+#include "cuda/depthwise_conv2d_rows.cuh"
 #include "cuda/depthwise_stencil.cuh"
 #include "cuda/device_utils.cuh"
 #include "cuda/path_choice.cuh"
@@ -402,6 +403,10 @@ void depthwise_conv2d_into(const at::Tensor& input, const at::Tensor& weight, co
   const auto bias_c = bias.has_value() && bias->defined() ? std::optional<at::Tensor>(bias->contiguous())
                                                           : std::optional<at::Tensor>();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "convops_depthwise_conv2d", [&] {
+    // Contiguous NCHW, stride 1, 3x3 / 5x5 / 7x7: the row-streaming kernel (depthwise_conv2d_rows.cuh).
+    if (launch_depthwise_rows<scalar_t>(input, weight_c, bias_c, output, d, c10::cuda::getCurrentCUDAStream())) {
+      return;
+    }
     depthwise_conv2d_dispatch<scalar_t>(input, weight_c, bias_c, output, a);
   });
 }

@@ -1,0 +1,474 @@
+// Row-streaming depthwise kernel: the fast path of convops::depthwise_conv2d for contiguous NCHW inputs with stride 1,
+// dilation 1 and a 3x3, 5x5 or 7x7 filter (the kernel template takes any KH x KW).
+//
+// Why (issue #5): the shared-memory tiled kernel spends most of its instructions staging the input element by
+// element and re-reading it from shared memory, and tops out at 61% of the copy bandwidth on the seed shape. Here
+// each warp owns a strip of 32 * VEC output columns of one (n, c_out) plane over a band of rows and walks down the
+// input rows. A lane loads VEC adjacent input elements of each row once (16 bytes; 8 for 16-bit 7x7, to bound its
+// registers), kDepth rows ahead of their use so that enough bytes are in flight without shared memory. The KW - 1
+// halo columns its outputs also read come from its neighbours by __shfl_sync; the lanes at the warp's edges also
+// load the vector just beyond the strip and hand it to the lanes at the other edge. A lane adds each input row into
+// the KH output rows it touches, whose partial sums stay in registers, and stores each output row as soon as its
+// last input row has been added. (Shared-memory rings fed by cp.async, 16 or 32 bytes a lane, were measured too:
+// 59-79% of the copy-bandwidth floor on H200 against 84.5% for this one in fp32, 58-70% against 73% in bf16.)
+//
+// Rounding: every output is the bias (or 0), then one fmaf per tap in (ky, kx) order, exactly as ATen's
+// conv_depthwise2d_forward_kernel and depthwise_stencil.cuh's tap_sum do, so fp32 results are bitwise PyTorch's
+// (the separable op relies on this to round the same depthwise intermediate to TF32 as eager). Rows above and
+// below the image are skipped, as ATen skips them; columns outside it enter as zeros, as in the tiled kernel.
+//
+// launch_depthwise_rows returns false when the problem is not of this kind (the caller then runs the general
+// kernels): other strides, dilations or filter sizes, non-contiguous tensors, W not a multiple of VEC, a misaligned
+// input pointer, coordinates past int, fp64.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <optional>
+#include <type_traits>
+
+#include "depthwise_conv2d.h"
+
+namespace convops {
+namespace cuda {
+namespace depthwise {
+namespace rows {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+__host__ __device__ constexpr int floor_div(int a, int b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+// Storage of one element type as 32-bit words: fp32 one element a word, fp16/bf16 two (low half first).
+template <typename scalar_t>
+struct Element {
+  static constexpr int kPerWord = 4 / static_cast<int>(sizeof(scalar_t));
+
+  // Element `part` (0 or 1) of a word, widened to fp32 exactly.
+  __device__ __forceinline__ static float to_float(uint32_t word, int part) {
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      return __uint_as_float(word);
+    } else if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
+      return __uint_as_float(part == 0 ? word << 16 : word & 0xffff0000u);
+    } else {
+      return __half2float(__ushort_as_half(static_cast<unsigned short>(part == 0 ? word : word >> 16)));
+    }
+  }
+
+  // fp32 -> storage bits, rounded to nearest even (what static_cast<scalar_t>(float) does in ATen).
+  __device__ __forceinline__ static uint32_t bits(float x) {
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      return __float_as_uint(x);
+    } else if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
+      return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    } else {
+      return __half_as_ushort(__float2half_rn(x));
+    }
+  }
+};
+
+// NW consecutive 32-bit words: one lane's VEC elements of a row.
+template <int NW>
+struct Words {
+  uint32_t w[NW];
+};
+
+// Read-only (non-coherent) loads of NW words from a min(16, 4 * NW)-byte aligned address: 16-byte loads for
+// NW = 4 or 8, one 8-byte or 4-byte load for NW = 2 or 1.
+template <int NW>
+__device__ __forceinline__ Words<NW> load_words(const void* p) {
+  Words<NW> r;
+  if constexpr (NW % 4 == 0) {
+#pragma unroll
+    for (int q = 0; q < NW / 4; ++q) {
+      const uint4 u = __ldg(static_cast<const uint4*>(p) + q);
+      r.w[4 * q] = u.x, r.w[4 * q + 1] = u.y, r.w[4 * q + 2] = u.z, r.w[4 * q + 3] = u.w;
+    }
+  } else if constexpr (NW == 2) {
+    const uint2 u = __ldg(static_cast<const uint2*>(p));
+    r.w[0] = u.x, r.w[1] = u.y;
+  } else {
+    static_assert(NW == 1, "a lane loads 4, 8, 16 or 32 bytes of a row");
+    r.w[0] = __ldg(static_cast<const unsigned int*>(p));
+  }
+  return r;
+}
+
+template <int NW>
+__device__ __forceinline__ Words<NW> zero_words() {
+  Words<NW> r;
+#pragma unroll
+  for (int i = 0; i < NW; ++i) r.w[i] = 0u;
+  return r;
+}
+
+template <typename scalar_t>
+struct RowsParams {
+  const scalar_t* __restrict__ input;
+  const scalar_t* __restrict__ weight;
+  const scalar_t* __restrict__ bias;  // nullptr: no bias
+  scalar_t* __restrict__ output;
+  int in_channels, out_channels, multiplier;
+  int in_h, in_w, out_h, out_w;
+  int pad_h;
+  int shift_w;   // output column of a lane's first element minus its first input column (pad_w - P0)
+  int x_start;   // first input column of strip 0 (a multiple of VEC, <= -shift_w)
+  int band_rows, bands, strips;
+  int64_t units;  // planes * bands * strips; one warp each
+};
+
+// Writes VEC outputs (ox0 .. ox0 + VEC - 1 of row `row`, those inside [0, out_w)) with streaming stores as wide as
+// the address allows. The address's alignment is the same for every lane of the warp, so the branches are uniform
+// except at the image's left and right edges.
+template <typename scalar_t, int VEC>
+__device__ __forceinline__ void store_outputs(scalar_t* __restrict__ row, int ox0, int out_w, const float (&v)[VEC]) {
+  using E = Element<scalar_t>;
+  constexpr int kPerWord = E::kPerWord;
+  constexpr int NW = VEC / kPerWord;
+  scalar_t* dst = row + ox0;
+  const auto addr = reinterpret_cast<uintptr_t>(dst);
+  if (ox0 >= 0 && ox0 + VEC <= out_w && addr % 4 == 0) {
+    uint32_t w[NW];
+#pragma unroll
+    for (int i = 0; i < NW; ++i) {
+      if constexpr (kPerWord == 1) {
+        w[i] = E::bits(v[i]);
+      } else {
+        w[i] = E::bits(v[2 * i]) | (E::bits(v[2 * i + 1]) << 16);
+      }
+    }
+    if constexpr (NW % 4 == 0) {
+      if (addr % 16 == 0) {
+#pragma unroll
+        for (int i = 0; i < NW; i += 4) {
+          __stcs(reinterpret_cast<uint4*>(dst) + i / 4, make_uint4(w[i], w[i + 1], w[i + 2], w[i + 3]));
+        }
+        return;
+      }
+    }
+    if constexpr (NW % 2 == 0) {
+      if (addr % 8 == 0) {
+#pragma unroll
+        for (int i = 0; i < NW; i += 2) __stcs(reinterpret_cast<uint2*>(dst) + i / 2, make_uint2(w[i], w[i + 1]));
+        return;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < NW; ++i) __stcs(reinterpret_cast<unsigned int*>(dst) + i, w[i]);
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    const int ox = ox0 + i;
+    if (ox < 0 || ox >= out_w) continue;
+    if constexpr (kPerWord == 1) {
+      __stcs(reinterpret_cast<unsigned int*>(dst) + i, E::bits(v[i]));
+    } else {
+      __stcs(reinterpret_cast<unsigned short*>(dst) + i, static_cast<unsigned short>(E::bits(v[i])));
+    }
+  }
+}
+
+// The halo geometry of a lane's window, in 32-bit words relative to the lane's own words.
+template <typename scalar_t, int KW, int P0, int VEC>
+struct Window {
+  static constexpr int kPerWord = Element<scalar_t>::kPerWord;
+  static constexpr int NW = VEC / kPerWord;                               // words a lane loads per row
+  static constexpr int kColumns = VEC + KW - 1;                           // input columns a lane's outputs read
+  static constexpr int kWordLo = floor_div(-P0, kPerWord);                // first window word
+  static constexpr int kWordHi = floor_div(VEC - 1 - P0 + KW - 1, kPerWord);
+  static constexpr int kWords = kWordHi - kWordLo + 1;
+  static constexpr int kExtraLeft = -floor_div(kWordLo, NW);              // vectors needed left of the strip
+  static constexpr int kExtraRight = floor_div(kWordHi, NW);              // ... and right of it
+  static_assert(VEC % kPerWord == 0, "a lane loads whole words");
+  static_assert(kExtraLeft + kExtraRight < 32, "halo wider than a warp");
+};
+
+// KH x KW filter; VEC elements per lane; P0: how many window columns lie left of a lane's first loaded column (the
+// padding that makes output columns line up with input columns, so 0 or (KW - 1) / 2); rows are loaded kDepth
+// steps ahead of their use.
+template <typename scalar_t, int KH, int KW, int P0, int VEC, int kDepth>
+__global__ void __launch_bounds__(kThreads) depthwise_rows_kernel(const RowsParams<scalar_t> p) {
+  using E = Element<scalar_t>;
+  using Win = Window<scalar_t, KW, P0, VEC>;
+  constexpr int kPerWord = Win::kPerWord, NW = Win::NW;
+  constexpr int kWordLo = Win::kWordLo, kWords = Win::kWords;
+  constexpr int kExtraLeft = Win::kExtraLeft, kExtraRight = Win::kExtraRight;
+
+  const int lane = threadIdx.x % 32;
+  const int64_t unit = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (unit >= p.units) return;  // whole warps only: the shuffles below need every lane
+  const int strip = static_cast<int>(unit % p.strips);
+  const int64_t plane_band = unit / p.strips;
+  const int band = static_cast<int>(plane_band % p.bands);
+  const int64_t plane = plane_band / p.bands;  // n * out_channels + co
+  const int64_t n = plane / p.out_channels;
+  const int co = static_cast<int>(plane - n * p.out_channels);
+  const int ci = co / p.multiplier;
+
+  const scalar_t* __restrict__ in_plane =
+      p.input + (n * p.in_channels + ci) * (static_cast<int64_t>(p.in_h) * p.in_w);
+  scalar_t* __restrict__ out_plane = p.output + plane * (static_cast<int64_t>(p.out_h) * p.out_w);
+
+  float w[KH][KW];
+#pragma unroll
+  for (int ky = 0; ky < KH; ++ky) {
+#pragma unroll
+    for (int kx = 0; kx < KW; ++kx) {
+      w[ky][kx] = static_cast<float>(p.weight[(static_cast<int64_t>(co) * KH + ky) * KW + kx]);
+    }
+  }
+  const float bias = p.bias != nullptr ? static_cast<float>(p.bias[co]) : 0.0f;
+
+  // Columns: this lane loads input columns [col, col + VEC) and produces outputs [col + shift_w, ... + VEC). The
+  // warp's edge lanes also load the vector kExtraRight / kExtraLeft vectors beyond the strip and send it to the
+  // lanes on the other edge (a shuffle by d lanes wraps around the warp there).
+  const int x0 = p.x_start + strip * 32 * VEC;
+  const int col = x0 + lane * VEC;
+  const bool col_inside = col >= 0 && col < p.in_w;
+  const bool has_extra = lane < kExtraRight || lane >= 32 - kExtraLeft;
+  const int extra_col = x0 + (lane < kExtraRight ? 32 + lane : lane - 32) * VEC;
+  const bool extra_inside = has_extra && extra_col >= 0 && extra_col < p.in_w;
+
+  // Rows: the band's outputs oy0 .. oy0 + rows - 1 read input rows iy0 + t for steps t in [0, steps).
+  const int oy0 = band * p.band_rows;
+  const int rows = min(p.band_rows, p.out_h - oy0);
+  const int steps = rows + KH - 1;
+  const int iy0 = oy0 - p.pad_h;
+  // Steps whose row lies inside the image: t in [t_lo, t_hi) (empty for a band that sees only padding).
+  const int t_lo = max(0, -iy0), t_hi = max(t_lo, min(steps, p.in_h - iy0));
+  const auto row_inside = [&](int t) {
+    return static_cast<unsigned>(t - t_lo) < static_cast<unsigned>(t_hi - t_lo);
+  };
+
+  // Offsets inside the plane fit in int (plan_rows checks that a plane has fewer than 2^31 elements).
+  const scalar_t* __restrict__ own_src = in_plane + (col_inside ? col : 0);
+  const scalar_t* __restrict__ extra_src = in_plane + (extra_inside ? extra_col : 0);
+  const auto load_row = [&](int t, Words<NW>& own, Words<NW>& extra) {
+    const bool inside = row_inside(t);
+    const int offset = inside ? (iy0 + t) * p.in_w : 0;
+    own = inside && col_inside ? load_words<NW>(own_src + offset) : zero_words<NW>();
+    if constexpr (kExtraLeft + kExtraRight > 0) {
+      extra = inside && extra_inside ? load_words<NW>(extra_src + offset) : zero_words<NW>();
+    }
+  };
+
+  // ring[t % kDepth] holds input row t from step t - kDepth, which loads it, to step t, which uses it.
+  Words<NW> ring[kDepth], ring_extra[kDepth];
+#pragma unroll
+  for (int i = 0; i < kDepth; ++i) load_row(i, ring[i], ring_extra[i]);
+
+  // acc[s]: partial sums of the band's output row r with r % KH == s.
+  float acc[KH][VEC];
+#pragma unroll
+  for (int s = 0; s < KH; ++s) {
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) acc[s][v] = 0.0f;
+  }
+  const int ox0 = col + p.shift_w;
+  // The loop runs whole groups of kUnroll steps (a multiple of KH and of kDepth) so that t % KH and t % kDepth are
+  // compile-time constants; the steps past the band's end load, add and store nothing.
+  constexpr int kUnroll = KH % kDepth == 0 ? KH : KH * kDepth;
+  for (int t0 = 0; t0 < steps; t0 += kUnroll) {
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const int t = t0 + j;
+      const Words<NW> own = ring[j % kDepth], extra = ring_extra[j % kDepth];
+      load_row(t + kDepth, ring[j % kDepth], ring_extra[j % kDepth]);
+
+      // Output row t starts here: its first input row (ky = 0) is row t.
+      float(&fresh)[VEC] = acc[j % KH];
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) fresh[v] = bias;
+      if (row_inside(t)) {
+        // Warp-uniform: rows of padding add nothing (ATen skips them), and neither do steps past the band.
+        // The window words kWordLo .. kWordHi around this lane's own words: a word d vectors away comes from lane
+        // lane + d, or, past the warp's edge, from the extra vector of the lane the shuffle wraps around to.
+        uint32_t words[kWords];
+#pragma unroll
+        for (int k = 0; k < kWords; ++k) {
+          const int wo = kWordLo + k;
+          const int d = floor_div(wo, NW);
+          const int e = wo - d * NW;
+          if (d == 0) {
+            words[k] = own.w[e];
+          } else {
+            const bool send_extra = d > 0 ? lane < d : lane >= 32 + d;
+            words[k] = __shfl_sync(kFullMask, send_extra ? extra.w[e] : own.w[e], (lane + d) & 31);
+          }
+        }
+        float window[Win::kColumns];
+#pragma unroll
+        for (int i = 0; i < Win::kColumns; ++i) {
+          const int o = i - P0;
+          const int wo = floor_div(o, kPerWord);
+          window[i] = E::to_float(words[wo - kWordLo], o - wo * kPerWord);
+        }
+        // Input row t feeds output row t - ky through tap row ky; each output gets its rows in ky order, its
+        // columns in kx order. Slots of rows outside the band take harmless extra sums and are never stored.
+#pragma unroll
+        for (int ky = 0; ky < KH; ++ky) {
+          float(&sum)[VEC] = acc[(j - ky + KH * kUnroll) % KH];
+#pragma unroll
+          for (int kx = 0; kx < KW; ++kx) {
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) sum[v] = fmaf(w[ky][kx], window[v + kx], sum[v]);
+          }
+        }
+      }
+      // Input row t was the last one output row r = t - (KH - 1) reads.
+      const int r = t - (KH - 1);
+      if (static_cast<unsigned>(r) < static_cast<unsigned>(rows)) {
+        store_outputs<scalar_t, VEC>(out_plane + static_cast<int64_t>(oy0 + r) * p.out_w, ox0, p.out_w,
+                                     acc[(j + 1) % KH]);
+      }
+    }
+  }
+}
+
+// Per-filter choices. kVec: elements a lane loads per row, 16 bytes (8 for 16-bit 7x7, to bound the registers that
+// its 7 rows of partial sums take).
+// kDepth: rows in flight per lane (fewer for big filters, whose arithmetic covers more of the latency).
+template <typename scalar_t, int KH, int KW>
+struct RowsConfig {
+  static constexpr int kVec = (sizeof(scalar_t) == 4 || KH * KW > 25) ? 4 : 8;
+  static constexpr int kDepth = KH <= 2 ? 4 : (KH <= 4 ? KH : (KH == 6 ? 3 : 2));
+};
+
+// A launch of depthwise_rows_kernel: its parameters (data pointers aside) and grid size.
+template <typename scalar_t>
+struct RowsPlan {
+  RowsParams<scalar_t> params;
+  unsigned blocks;
+};
+
+// The launch for problem d on a device of sm_count SMs, or nullopt when the kernel does not take it (W not a
+// multiple of VEC, coordinates past int, too many blocks). Host-only and free of CUDA calls.
+template <typename scalar_t, int KW, int P0, int VEC>
+std::optional<RowsPlan<scalar_t>> plan_rows(const DepthwiseGeometry& d, int sm_count) {
+  constexpr int kStripCols = 32 * VEC;
+  if (d.in_w % VEC != 0) return std::nullopt;
+  // Coordinates stay in int: a plane has fewer than 2^31 elements; columns reach one strip plus the halo vectors
+  // past the last strip, rows the band's end plus the filter.
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  for (const int64_t v : {d.in_h, d.in_w, d.out_h, d.out_w, d.pad_h, d.pad_w, d.in_channels, d.out_channels}) {
+    if (v >= kIntMax / 8) return std::nullopt;
+  }
+  if (d.in_h * d.in_w >= kIntMax || d.out_h * d.out_w >= kIntMax) return std::nullopt;
+  const int64_t shift_w = d.pad_w - P0;
+  const int64_t x_start = int64_t{floor_div(static_cast<int>(-shift_w), VEC)} * VEC;
+  const int64_t strips = (d.out_w - (x_start + shift_w) + kStripCols - 1) / kStripCols;
+  if (std::abs(x_start) + (strips + 2) * kStripCols + std::abs(shift_w) >= kIntMax / 2) return std::nullopt;
+
+  // Band height: tall bands re-read fewer halo rows, short ones give small problems enough warps. 32 rows (64
+  // timed the same on the seed shape), halved while the grid would not give every SM at least 64 warps.
+  const int64_t planes = d.batch * d.out_channels;
+  int64_t band_rows = 32;
+  while (band_rows > 4 && planes * ((d.out_h + band_rows - 1) / band_rows) * strips < int64_t{sm_count} * 64) {
+    band_rows /= 2;
+  }
+  band_rows = std::min(band_rows, d.out_h);
+  const int64_t bands = (d.out_h + band_rows - 1) / band_rows;
+  const int64_t units = planes * bands * strips;
+  const int64_t blocks = (units + kWarps - 1) / kWarps;
+  if (blocks >= (int64_t{1} << 31)) return std::nullopt;
+
+  RowsPlan<scalar_t> plan{};
+  RowsParams<scalar_t>& p = plan.params;
+  p.in_channels = static_cast<int>(d.in_channels);
+  p.out_channels = static_cast<int>(d.out_channels);
+  p.multiplier = static_cast<int>(d.multiplier);
+  p.in_h = static_cast<int>(d.in_h);
+  p.in_w = static_cast<int>(d.in_w);
+  p.out_h = static_cast<int>(d.out_h);
+  p.out_w = static_cast<int>(d.out_w);
+  p.pad_h = static_cast<int>(d.pad_h);
+  p.shift_w = static_cast<int>(shift_w);
+  p.x_start = static_cast<int>(x_start);
+  p.band_rows = static_cast<int>(band_rows);
+  p.bands = static_cast<int>(bands);
+  p.strips = static_cast<int>(strips);
+  p.units = units;
+  plan.blocks = static_cast<unsigned>(blocks);
+  return plan;
+}
+
+inline int multiprocessor_count() {
+  int device = 0, count = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+template <typename scalar_t, int KH, int KW, int P0>
+bool launch_rows_kernel(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                        at::Tensor& output, const DepthwiseGeometry& d, cudaStream_t stream) {
+  using C = RowsConfig<scalar_t, KH, KW>;
+  constexpr size_t kAlign = std::min<size_t>(16, C::kVec * sizeof(scalar_t));  // the widest single load
+  if (reinterpret_cast<uintptr_t>(input.const_data_ptr()) % kAlign != 0) return false;
+  std::optional<RowsPlan<scalar_t>> plan = plan_rows<scalar_t, KW, P0, C::kVec>(d, multiprocessor_count());
+  if (!plan) return false;
+  RowsParams<scalar_t>& p = plan->params;
+  p.input = input.const_data_ptr<scalar_t>();
+  p.weight = weight.const_data_ptr<scalar_t>();
+  p.bias = bias.has_value() && bias->defined() ? bias->const_data_ptr<scalar_t>() : nullptr;
+  p.output = output.mutable_data_ptr<scalar_t>();
+  depthwise_rows_kernel<scalar_t, KH, KW, P0, C::kVec, C::kDepth><<<plan->blocks, kThreads, 0, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
+// P0 = 0 for unpadded ("valid") convolutions and (KW - 1) / 2 otherwise, so that the two common cases store
+// outputs at the alignment of the input loads; other paddings are handled too, with narrower stores.
+template <typename scalar_t, int KH, int KW>
+bool launch_rows_for_filter(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                            at::Tensor& output, const DepthwiseGeometry& d, cudaStream_t stream) {
+  if (d.pad_w == 0) return launch_rows_kernel<scalar_t, KH, KW, 0>(input, weight, bias, output, d, stream);
+  return launch_rows_kernel<scalar_t, KH, KW, (KW - 1) / 2>(input, weight, bias, output, d, stream);
+}
+
+}  // namespace rows
+
+// Runs depthwise_conv2d on the row-streaming kernel and returns true, or returns false without doing anything when
+// the problem is not one it handles. weight and bias must be contiguous (as depthwise_conv2d_into makes them);
+// output must be non-empty.
+template <typename scalar_t>
+bool launch_depthwise_rows(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                           at::Tensor& output, const DepthwiseGeometry& d, cudaStream_t stream) {
+  if constexpr (!std::is_same_v<scalar_t, float> && !std::is_same_v<scalar_t, at::Half> &&
+                !std::is_same_v<scalar_t, at::BFloat16>) {
+    return false;
+  } else {
+    if (d.stride_h != 1 || d.stride_w != 1 || d.dilation_h != 1 || d.dilation_w != 1) return false;
+    if (!input.is_contiguous() || !output.is_contiguous() || !weight.is_contiguous() ||
+        (bias.has_value() && bias->defined() && !bias->is_contiguous())) {
+      return false;
+    }
+    if (output.numel() == 0 || d.out_h <= 0 || d.out_w <= 0) return false;
+    if (d.kernel_h == 3 && d.kernel_w == 3) {
+      return rows::launch_rows_for_filter<scalar_t, 3, 3>(input, weight, bias, output, d, stream);
+    }
+    if (d.kernel_h == 5 && d.kernel_w == 5) {
+      return rows::launch_rows_for_filter<scalar_t, 5, 5>(input, weight, bias, output, d, stream);
+    }
+    if (d.kernel_h == 7 && d.kernel_w == 7) {
+      return rows::launch_rows_for_filter<scalar_t, 7, 7>(input, weight, bias, output, d, stream);
+    }
+    return false;
+  }
+}
+
+}  // namespace depthwise
+}  // namespace cuda
+}  // namespace convops
