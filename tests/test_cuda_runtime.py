@@ -138,7 +138,7 @@ def needs_two_gpus():
 def test_second_device_keeps_current_device(op_name, dtype_name):
     needs_two_gpus()
     op, c = OPS[op_name], config(op_name, dtype_name)
-    with torch.cuda.device(0):
+    with torch.cuda.device(0), allow_tf32(False):
         args = op.build(c, "cuda:1")
         out = op.run(args)
         assert torch.cuda.current_device() == 0, "the op changed the current device"
