@@ -120,11 +120,13 @@ def bench() -> None:
 
 
 def profile() -> None:
-    """One launch of each seed kernel (batch 4), for Nsight Compute."""
+    """One launch of each seed kernel (batch 4; the depthwise one in fp32 and bf16), for Nsight Compute."""
+    convops.set_path_policy("convops")
     x = torch.rand(4, 64, 512, 512, device="cuda")
     w = torch.rand(64, 1, 3, 3, device="cuda")
     pw = torch.rand(128, 64, 1, 1, device="cuda")
     convops.depthwise_conv2d(x, w)
+    convops.depthwise_conv2d(x.bfloat16(), w.bfloat16())
     convops.depthwise_separable_conv2d(x, w, None, pw, None, 1, 1)
     torch.cuda.synchronize()
 
