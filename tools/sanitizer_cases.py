@@ -29,10 +29,14 @@ def rand(*shape, dtype=torch.float32, layout="contiguous"):
 
 
 def check(name, out, ref, tol):
-    err = (out.float() - ref.float()).abs().max().item() if out.numel() else 0.0
-    scale = ref.float().abs().max().item() if ref.numel() else 0.0
-    ok = err <= tol * (1 + scale)
-    print(f"{'ok  ' if ok else 'FAIL'} {name}: max err {err:.2e}")
+    """NaN / +Inf / -Inf where the reference has them, finite values within tol (1 + max |ref|)."""
+    out, ref = out.float(), ref.float().to(out.device)
+    masks_equal = all(torch.equal(f(out), f(ref)) for f in (torch.isnan, torch.isposinf, torch.isneginf))
+    finite = ref.isfinite()
+    err = (out[finite] - ref[finite]).abs().max().item() if finite.any() else 0.0
+    scale = ref[finite].abs().max().item() if finite.any() else 0.0
+    ok = masks_equal and err <= tol * (1 + scale)
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: max err {err:.2e}{'' if masks_equal else ', NaN/Inf masks differ'}")
     return ok
 
 
@@ -53,6 +57,19 @@ def cases():
             yield (f"separable k{k} s{s} p{p} d{d} m{m} {tag}",
                    lambda: torch.ops.convops.depthwise_separable_conv2d(x, w, b, pw, None, s, p, d),
                    lambda: F.conv2d(F.conv2d(x, w, b, s, p, d, groups=6), pw), tol[dtype])
+        if layout == "contiguous":  # the row-streaming kernel: contiguous NCHW, stride 1, W a multiple of 8
+            xr = rand(2, 6, 21, 40, dtype=dtype)
+            for k, p in [(3, 1), (3, 0), (5, 2), (7, 3), (7, 0)]:
+                w = rand(6, 1, k, k, dtype=dtype)
+                b = rand(6, dtype=dtype)
+                yield (f"depthwise rows k{k} p{p} {tag}", lambda: torch.ops.convops.depthwise_conv2d(xr, w, b, 1, p, 1),
+                       lambda: F.conv2d(xr, w, b, 1, p, 1, groups=6), tol[dtype])
+            # Non-finite weight taps, one meeting only the zeros around the input: the correction kernel's case.
+            wn = rand(6, 4, 3, 5, dtype=dtype)
+            wn[0, 0, 0, 0], wn[1, 2, 2, 4], wn[3, 1, 1, 2] = float("inf"), float("-inf"), float("nan")
+            yield (f"conv_transpose2d non-finite weights {tag}",
+                   lambda: torch.ops.convops.conv_transpose2d(x, wn, None, 2, 2, 1, 1, 1),
+                   lambda: F.conv_transpose2d(x.double().cpu(), wn.double().cpu(), None, 2, 2, 1, 1, 1), tol[dtype])
         for s, p, op, g, d in [(1, 0, 0, 1, 1), (2, 1, 1, 2, 1), (3, 2, 0, 1, 2)]:
             w2 = rand(6, 4 // g * 1, 3, 5, dtype=dtype)
             yield (f"conv_transpose2d s{s} p{p} op{op} g{g} d{d} {tag}",
