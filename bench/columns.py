@@ -6,6 +6,7 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
+import convops
 from convops.demo import op_unavailable
 
 # convops_op runs the op as users get it (the "auto" path policy: its own kernel or ATen, whichever it timed
@@ -45,7 +46,6 @@ def make_runner(column: str, model: nn.Module, backend: object | None = None,
             raise Unavailable(f"missing ({why})")
         if column == "convops_op":
             return model.convops_forward
-        import convops
 
         def kernel_forward(x: torch.Tensor) -> torch.Tensor:
             with convops.forced_path("convops"):

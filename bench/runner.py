@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+import convops
+
 from .cases import Case
 from .columns import BASELINES, Unavailable, make_runner
 from .floors import Ceilings, flops, min_bytes
@@ -63,8 +65,7 @@ def _column_result(status: str, ms=None, max_error=None, first_call_s=None, note
 def _chosen_path() -> str:
     """What the "auto" policy chose in the call just made: "convops", "aten", or "convops+aten" where one model
     call made several decisions."""
-    import convops
-    paths = sorted({line.split(" -> ")[1].split(" ")[0] for line in convops.path_choices()})
+    paths = sorted({choice.path for choice in convops.path_choices()})
     return "+".join(paths) if paths else "convops"
 
 
@@ -118,7 +119,6 @@ def _run_column(column, model, inputs, expected, mode, plan, timer) -> dict:
         return _column_result(status, note=str(why))
     try:
         if column == "convops_op":
-            import convops
             convops.clear_path_choices()  # so that the first call decides, and says what it decided
         start = time.perf_counter()
         actual = fn(inputs[0])

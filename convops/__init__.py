@@ -2,7 +2,7 @@
 "convops" that substitutes them into user models."""
 from ._extension import has_cuda_kernels, has_ops, require_ops
 from .backend import convops_backend, explain
-from .path_choice import clear_path_choices, forced_path, path_choices, path_policy, set_path_policy
+from .path_choice import PathChoice, clear_path_choices, forced_path, path_choices, path_policy, set_path_policy
 from .ops import (
     conv2d_group_norm_scale_max_pool_clamp,
     conv_transpose2d,
@@ -14,6 +14,7 @@ from .ops import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "PathChoice",
     "conv2d_group_norm_scale_max_pool_clamp",
     "conv_transpose2d",
     "conv_transpose3d",

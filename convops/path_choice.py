@@ -11,7 +11,9 @@ The environment variable ``CONVOPS_PATH`` sets the policy at load time. CPU call
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import torch
 
@@ -41,10 +43,30 @@ def forced_path(policy: str) -> Iterator[None]:
         set_path_policy(previous)
 
 
-def path_choices() -> list[str]:
-    """The decisions "auto" made so far, one line each: problem -> path (convops ms, aten ms)."""
+class PathChoice(NamedTuple):
+    """One decision of "auto": the problem (op, device, TF32, tensors' dtype/sizes/strides, parameters), the path
+    it took ("convops" or "aten") and the mean time of each path."""
+    problem: str
+    path: str
+    convops_ms: float
+    aten_ms: float
+
+    def __str__(self) -> str:
+        return f"{self.problem} -> {self.path} (convops {self.convops_ms:.4g} ms, aten {self.aten_ms:.4g} ms)"
+
+
+# The line convops::_path_choices writes per decision (csrc/path_choice.cpp, choices_op).
+_LINE = re.compile(r"(?P<problem>.*) -> (?P<path>convops|aten) \(convops (?P<convops>\S+) ms, aten (?P<aten>\S+) ms\)")
+
+
+def path_choices() -> list[PathChoice]:
+    """The decisions "auto" made so far."""
     require_ops()
-    return list(torch.ops.convops._path_choices())
+    choices = []
+    for line in torch.ops.convops._path_choices():
+        m = _LINE.fullmatch(line)
+        choices.append(PathChoice(m["problem"], m["path"], float(m["convops"]), float(m["aten"])))
+    return choices
 
 
 def clear_path_choices() -> None:

@@ -60,8 +60,8 @@ def test_cuda_every_policy_gives_the_reference(op_name, policy):
     compare(again, expected, torch.float32, tol, extra)
     choices = convops.path_choices()
     if policy == "auto":
-        assert len(choices) == 1 and choices[0].startswith(f"convops::{op_name} cuda:0 "), choices
-        assert " -> convops (convops " in choices[0] or " -> aten (convops " in choices[0], choices
+        assert len(choices) == 1 and choices[0].problem.startswith(f"convops::{op_name} cuda:0 "), choices
+        assert choices[0].path in ("convops", "aten") and choices[0].convops_ms > 0 and choices[0].aten_ms > 0, choices
     else:
         assert choices == []
 
