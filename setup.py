@@ -46,7 +46,8 @@ def _extension():
     debug = _flag("DEBUG")
     opt = ["-O0", "-g"] if debug else ["-O3", "-DNDEBUG"]
     cxx = opt
-    sources = _selected(sorted(glob.glob(os.path.join(CSRC, "*.cpp")) + glob.glob(os.path.join(CSRC, "cpu", "*.cpp"))))
+    sources = _selected(sorted(glob.glob(os.path.join(CSRC, "*.cpp")) + glob.glob(os.path.join(CSRC, "cpu", "*.cpp"))
+                               + glob.glob(os.path.join(CSRC, "autograd", "*.cpp"))))
     if not _use_cuda():
         return CppExtension("convops._C", sources, include_dirs=[os.path.join(ROOT, CSRC)],
                             extra_compile_args={"cxx": cxx})

@@ -1,6 +1,7 @@
 """The five columns: how each runs a case's model."""
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
@@ -13,6 +14,9 @@ from convops.demo import op_unavailable
 # faster); convops_kernel forces the convops kernel, which is what the kernel issues' floor fractions measure.
 COLUMNS = ("eager", "inductor", "max_autotune", "convops_kernel", "convops_op", "convops_backend")
 BASELINES = ("eager", "inductor", "max_autotune")
+# The columns that compile: their first call leaves background work running (see bench/quiet.py), so a case times
+# the others first.
+COMPILED = ("inductor", "max_autotune", "convops_backend")
 TITLES = {"eager": "eager", "inductor": "compile", "max_autotune": "max-autotune", "convops_kernel": "kernel",
           "convops_op": "convops op", "convops_backend": "convops backend"}
 
@@ -44,13 +48,7 @@ def make_runner(column: str, model: nn.Module, backend: object | None = None,
         why = op_unavailable(model.op, device)
         if why:
             raise Unavailable(f"missing ({why})")
-        if column == "convops_op":
-            return model.convops_forward
-
-        def kernel_forward(x: torch.Tensor) -> torch.Tensor:
-            with convops.forced_path("convops"):
-                return model.convops_forward(x)
-        return kernel_forward
+        return model.convops_forward  # convops_kernel: under column_policy's forced path
     torch._dynamo.reset()
     if column == "inductor":
         return torch.compile(model)
@@ -61,3 +59,10 @@ def make_runner(column: str, model: nn.Module, backend: object | None = None,
             raise Unavailable(backend_note or "n/a")
         return torch.compile(model, backend=backend)
     raise ValueError(f"unknown column {column!r}")
+
+
+def column_policy(column: str) -> contextlib.AbstractContextManager:
+    """The path policy a column's calls run under, set once around its whole measurement: the kernel column forces
+    the convops kernel. (Switching it around every call would add three op calls of host time to each call, which
+    no user pays and which launch-bound batch-1 layers show.)"""
+    return convops.forced_path("convops") if column == "convops_kernel" else contextlib.nullcontext()

@@ -1,4 +1,8 @@
-"""One case in one precision mode: build the model, check every column against eager, then time it."""
+"""One case in one precision mode: build the model, check every column against eager, then time it.
+
+Every column is timed under the same conditions: the uncompiled columns (eager, kernel, op) first, after the
+previous case's compiles have wound down, then the compiled ones, each after its own compile has (bench/quiet.py).
+The "auto" op decides its path in that quiet too: the op column's first call, and again the convops backend's."""
 from __future__ import annotations
 
 import math
@@ -10,8 +14,9 @@ import torch
 
 import convops
 
+from . import quiet
 from .cases import Case
-from .columns import BASELINES, Unavailable, make_runner
+from .columns import BASELINES, COMPILED, Unavailable, column_policy, make_runner
 from .floors import Ceilings, flops, min_bytes
 from .timing import Mode, bench_ms, check, first_call_ms, make_inputs, rotating, rotation_count
 
@@ -57,9 +62,14 @@ class Plan:
         return None
 
 
-def _column_result(status: str, ms=None, max_error=None, first_call_s=None, note="", path=None):
-    return {"status": status, "ms": ms, "max_error": max_error, "first_call_s": first_call_s, "note": note,
-            "path": path}
+def _column_result(status: str, ms=None, max_error=None, first_call_s=None, note="", path=None,
+                   settled: quiet.Settled | None = None):
+    result = {"status": status, "ms": ms, "max_error": max_error, "first_call_s": first_call_s, "note": note,
+              "path": path}
+    if settled is not None:  # how long the timing waited for quiet, and how busy the background still was
+        result["settle_s"] = settled.waited_s
+        result["background_cores"] = settled.background_cores
+    return result
 
 
 def _chosen_path() -> str:
@@ -100,43 +110,69 @@ def run_case(case: Case, mode: Mode, plan: Plan, columns: tuple[str, ...] | None
         if plan.ceilings is not None:
             record["floor_ms"], record["floor_bound"] = plan.ceilings.floor_ms(record["min_bytes"], record["flops"],
                                                                                mode.rate_key)
-        for column in columns or plan.columns:
+        wanted = columns or plan.columns
+        settled = None
+        for column in timing_order(wanted):
             skip = plan.skip_reason(column, case, mode)
             if skip:
                 results[column] = _column_result("skipped", note=skip)
                 continue
-            results[column] = _run_column(column, model, inputs, expected, mode, plan, timer)
+            if column not in COMPILED and settled is None:
+                settled = quiet.settle()  # once: the uncompiled columns leave nothing running behind them
+            results[column] = _run_column(column, model, inputs, expected, mode, plan, timer, settled)
         del expected
+    record["columns"] = {column: results[column] for column in wanted if column in results}
     summarize(record)
     return record
 
 
-def _run_column(column, model, inputs, expected, mode, plan, timer) -> dict:
+def timing_order(columns) -> list[str]:
+    """The uncompiled columns before the compiled ones, each group in the given order."""
+    return [c for c in columns if c not in COMPILED] + [c for c in columns if c in COMPILED]
+
+
+def _run_column(column, model, inputs, expected, mode, plan, timer, settled=None) -> dict:
+    """`settled`: the quiet the uncompiled columns start from (a compiled column settles after its compile)."""
     try:
         fn = make_runner(column, model, plan.backend, plan.backend_note)
     except Unavailable as why:
         status = "missing" if str(why).startswith("missing") else "n/a"
         return _column_result(status, note=str(why))
     try:
-        if column == "convops_op":
-            convops.clear_path_choices()  # so that the first call decides, and says what it decided
-        start = time.perf_counter()
-        actual = fn(inputs[0])
-        if actual.is_cuda:
-            torch.cuda.synchronize()
-        first_call_s = time.perf_counter() - start
-        path = _chosen_path() if column == "convops_op" and actual.is_cuda else None
-        verdict = check(actual, expected, mode)
-        del actual
-        if not verdict.ok:
-            return _column_result("fail", max_error=verdict.max_error, first_call_s=first_call_s, note=verdict.note)
-        ms = timer(rotating(fn, inputs))
-        return _column_result("ok", ms=ms, max_error=verdict.max_error, first_call_s=first_call_s, path=path)
+        with column_policy(column):
+            if column == "convops_op":
+                convops.clear_path_choices()  # so that the first call decides, and says what it decided
+            start = time.perf_counter()
+            actual = _synchronized(fn(inputs[0]))
+            first_call_s = time.perf_counter() - start
+            if column in COMPILED:
+                settled = quiet.settle()  # the compile's worker processes and threads wind down
+                if column == "convops_backend" and actual.is_cuda:
+                    # The ops of the compiled graph decided their paths right after the compile, while it wound
+                    # down: decide again in quiet, as the op column did.
+                    convops.clear_path_choices()
+                    actual = _synchronized(fn(inputs[0]))
+            path = _chosen_path() if column == "convops_op" and actual.is_cuda else None
+            verdict = check(actual, expected, mode)
+            del actual
+            if not verdict.ok:
+                return _column_result("fail", max_error=verdict.max_error, first_call_s=first_call_s,
+                                      note=verdict.note, settled=settled)
+            with quiet.gc_paused():
+                ms = timer(rotating(fn, inputs))
+        return _column_result("ok", ms=ms, max_error=verdict.max_error, first_call_s=first_call_s, path=path,
+                              settled=settled)
     except torch.cuda.OutOfMemoryError as exc:
         torch.cuda.empty_cache()
         return _column_result("error", note=_first_line(exc))
     except Exception as exc:
         return _column_result("error", note=_first_line(exc))
+
+
+def _synchronized(output: torch.Tensor) -> torch.Tensor:
+    if output.is_cuda:
+        torch.cuda.synchronize()
+    return output
 
 
 def _cuda_timer(fn) -> float:

@@ -45,18 +45,23 @@ def forced_path(policy: str) -> Iterator[None]:
 
 class PathChoice(NamedTuple):
     """One decision of "auto": the problem (op, device, TF32, tensors' dtype/sizes/strides, parameters), the path
-    it took ("convops" or "aten") and the mean time of each path."""
+    it took and the mean time of each path. Paths: "convops" (the op's own kernel), "aten" (the ATen composition it
+    replaces) and, for ops that offer one, "mixed" (convops' kernel for part of the work, ATen for the rest: the
+    separable op's convops depthwise kernel followed by ATen's 1x1); mixed_ms is None where there is none."""
     problem: str
     path: str
     convops_ms: float
     aten_ms: float
+    mixed_ms: float | None = None
 
     def __str__(self) -> str:
-        return f"{self.problem} -> {self.path} (convops {self.convops_ms:.4g} ms, aten {self.aten_ms:.4g} ms)"
+        mixed = "" if self.mixed_ms is None else f", mixed {self.mixed_ms:.4g} ms"
+        return f"{self.problem} -> {self.path} (convops {self.convops_ms:.4g} ms, aten {self.aten_ms:.4g} ms{mixed})"
 
 
 # The line convops::_path_choices writes per decision (csrc/path_choice.cpp, choices_op).
-_LINE = re.compile(r"(?P<problem>.*) -> (?P<path>convops|aten) \(convops (?P<convops>\S+) ms, aten (?P<aten>\S+) ms\)")
+_LINE = re.compile(r"(?P<problem>.*) -> (?P<path>convops|aten|mixed) \(convops (?P<convops>\S+) ms, "
+                   r"aten (?P<aten>\S+) ms(?:, mixed (?P<mixed>\S+) ms)?\)")
 
 
 def path_choices() -> list[PathChoice]:
@@ -65,7 +70,8 @@ def path_choices() -> list[PathChoice]:
     choices = []
     for line in torch.ops.convops._path_choices():
         m = _LINE.fullmatch(line)
-        choices.append(PathChoice(m["problem"], m["path"], float(m["convops"]), float(m["aten"])))
+        mixed = None if m["mixed"] is None else float(m["mixed"])
+        choices.append(PathChoice(m["problem"], m["path"], float(m["convops"]), float(m["aten"]), mixed))
     return choices
 
 

@@ -116,7 +116,7 @@ class DepthwiseSeparableConv2d(DepthwiseConv2d):
     def expected(self, c, args):
         # The intermediate rounded as ATen stores it (input dtype; TF32 with the pointwise weight under TF32), and
         # cuDNN's pointwise stage on the unfused paths held to a TF32-level tolerance, as in the op's own tests.
-        tol = CUDNN_TF32_TOLERANCE if takes_cudnn_pointwise(args[0]) else {}
+        tol = CUDNN_TF32_TOLERANCE if takes_cudnn_pointwise(args) else {}
         return separable_reference(*args), tol, None
 
     def poison_values(self, c):

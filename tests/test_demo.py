@@ -1,19 +1,23 @@
 """The demo (python -m convops.demo) at reduced sizes on the CPU, and the benchmark's case definitions, floor
 arithmetic, runner and report on the CPU (no GPU or triton needed)."""
+import gc
 import json
 import math
 import re
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
+import convops
 from convops import demo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ lives beside the package, not inside it
 from bench import cases as bench_cases  # noqa: E402
-from bench import floors, report, runner, timing  # noqa: E402
+from bench import floors, quiet, report, runner, timing  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------------------- demo ----
@@ -223,3 +227,100 @@ def test_bench_autotune_order_and_budget():
     assert plan.skip_reason("max_autotune", case, mode) == "skipped (time budget)"
     assert plan.skip_reason("inductor", case, mode) == "skipped (time budget)"
     assert plan.skip_reason("convops_op", case, mode) is None
+
+
+def test_bench_times_every_column_of_a_case_under_the_same_conditions(monkeypatch):
+    """The uncompiled columns are timed first, after one settle; each compiled column settles after its compile
+    (its first call) and before its timing; the kernel column's calls run under the forced convops path as a whole,
+    the op's under the user's policy; the record keeps the requested column order."""
+    events = []
+
+    def fake_runner(column, model, backend=None, backend_note=""):
+        def fn(x):
+            events.append(f"call {column}")
+            return model(x)
+        return fn
+
+    def fake_settle():
+        events.append("settle")
+        return quiet.Settled(0.0, 0.0, True)
+
+    def timer(fn):
+        fn()
+        events.append(f"time under {convops.path_policy()}")
+        return 1.0
+
+    monkeypatch.setattr(runner, "make_runner", fake_runner)
+    monkeypatch.setattr(runner.quiet, "settle", fake_settle)
+    case = bench_cases.Case("seed/tiny_dw", lambda: demo.DepthwiseConv2d(4, 3, 1, 1), (1, 4, 9, 9))
+    columns = ("eager", "inductor", "max_autotune", "convops_kernel", "convops_op", "convops_backend")
+    plan = _cpu_plan(columns)
+    plan.autotune = "all"
+    with convops.forced_path("auto"):
+        record = runner.run_case(case, timing.MODES["tf32"], plan, device="cpu", timer=timer)
+    assert list(record["columns"]) == list(columns)
+    assert all(col["status"] == "ok" for col in record["columns"].values()), record["columns"]
+    assert all(col["settle_s"] == 0.0 for col in record["columns"].values())
+    assert events == ["settle",
+                      "call eager", "call eager", "time under auto",
+                      "call convops_kernel", "call convops_kernel", "time under convops",
+                      "call convops_op", "call convops_op", "time under auto",
+                      "call inductor", "settle", "call inductor", "time under auto",
+                      "call max_autotune", "settle", "call max_autotune", "time under auto",
+                      "call convops_backend", "settle", "call convops_backend", "time under auto"]
+    assert runner.timing_order(["convops_backend", "eager", "inductor", "convops_op"]) == [
+        "eager", "convops_op", "convops_backend", "inductor"]
+
+
+def test_bench_background_cpu_counts_child_processes():
+    before = quiet.background_cpu_s()
+    if before is None:
+        pytest.skip("needs /proc")
+    busy = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\ntime.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", busy])
+    try:
+        deadline = time.monotonic() + 60
+        while quiet.background_cpu_s() - before < 0.5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert quiet.background_cpu_s() - before >= 0.5  # the child's CPU time, while it lives
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_bench_settle_waits_for_quiet_and_gives_up_on_a_background_that_never_rests(monkeypatch):
+    monkeypatch.setattr(quiet, "_wait_compile_pool", lambda timeout_s: None)
+    monkeypatch.setattr(quiet, "_timeouts_in_a_row", 0)
+    now = [0.0]
+
+    def sleep(s):
+        now[0] += s
+
+    def cpu_use(rates):  # CPU seconds of the background, rising at rates[window] cores
+        used, windows = [0.0], iter(rates)
+
+        def sample():
+            used[0] += next(windows, 0.0) * quiet.WINDOW_S
+            return used[0]
+        return sample
+
+    settled = quiet.settle(sample=cpu_use([0.0, 2.0, 1.0, 0.5, 0.1]), sleep=sleep, clock=lambda: now[0])
+    assert settled.quiet and settled.waited_s == pytest.approx(4 * quiet.WINDOW_S), settled
+    for expected_timeout in (quiet.TIMEOUT_S, quiet.TIMEOUT_S, quiet.SHORT_TIMEOUT_S):
+        start = now[0]
+        settled = quiet.settle(sample=cpu_use([0.0] + [3.0] * 10**6), sleep=sleep, clock=lambda: now[0])
+        assert not settled.quiet and settled.background_cores == pytest.approx(3.0)
+        assert now[0] - start == pytest.approx(expected_timeout, abs=1.5 * quiet.WINDOW_S)
+    assert quiet.settle(sample=cpu_use([0.0, 0.0]), sleep=sleep, clock=lambda: now[0]).quiet
+    assert quiet._timeouts_in_a_row == 0
+    assert quiet.settle(sample=lambda: None).quiet  # nothing to measure (no /proc): no wait
+
+
+def test_bench_gc_paused_restores_the_collector():
+    assert gc.isenabled()
+    with quiet.gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ValueError), quiet.gc_paused():
+        raise ValueError
+    assert gc.isenabled()

@@ -2,11 +2,13 @@
 "auto" times both once per problem, keeps the faster and reports the decision."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
 import convops
-from common_utils import allow_tf32, make_tensor, reference
+from common_utils import allow_tf32, make_tensor, poison_allocator, reference
 from fuzz_configs import OPS, draw
 from test_depthwise_conv2d import torch_depthwise
 from test_fuzz import compare
@@ -61,7 +63,8 @@ def test_cuda_every_policy_gives_the_reference(op_name, policy):
     choices = convops.path_choices()
     if policy == "auto":
         assert len(choices) == 1 and choices[0].problem.startswith(f"convops::{op_name} cuda:0 "), choices
-        assert choices[0].path in ("convops", "aten") and choices[0].convops_ms > 0 and choices[0].aten_ms > 0, choices
+        assert choices[0].path in ("convops", "aten", "mixed") and choices[0].convops_ms > 0, choices
+        assert choices[0].aten_ms > 0 and (choices[0].mixed_ms is None or choices[0].mixed_ms > 0), choices
     else:
         assert choices == []
 
@@ -106,3 +109,110 @@ def test_cuda_graph_capture_of_an_undecided_problem_runs_the_kernel_and_records_
         torch.cuda.synchronize()
         torch.testing.assert_close(out.double(), reference(torch_depthwise, x, w, None, [1, 1], [1, 1], [1, 1]).cuda(),
                                    atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.cuda
+def test_cuda_scalars_are_part_of_the_problem_as_the_report_prints_them():
+    """The decision cache tells problems apart exactly as the report's text does: eps values that print alike
+    (6 significant digits) share a decision, others do not; the report keeps its format."""
+    x = make_tensor((2, 3, 12, 12), torch.float32, "cuda")
+    w = make_tensor((8, 3, 3, 3), torch.float32, "cuda")
+    scale = make_tensor((8, 1, 1), torch.float32, "cuda")
+    convops.clear_path_choices()
+    with convops.forced_path("auto"):
+        for eps, clamp_min in [(1e-5, None), (1e-5 * (1 + 1e-9), None), (2e-5, None), (1e-5, -0.5)]:
+            convops.conv2d_group_norm_scale_max_pool_clamp(x, w, None, [1, 1], [1, 1], [1, 1], 4, None, None, eps,
+                                                           scale, [2, 2], clamp_min, 0.5)
+    problems = sorted(choice.problem for choice in convops.path_choices())
+    assert len(problems) == 3, problems
+    op = "convops::conv2d_group_norm_scale_max_pool_clamp cuda:0"
+    assert all(p.startswith(op + (" tf32 " if torch.backends.cudnn.allow_tf32 else " ")) for p in problems), problems
+    assert any(p.endswith(" 1e-05 Float[8, 1, 1][1, 1, 1] [2, 2] - 0.5") for p in problems), problems
+    assert any(p.endswith(" 1e-05 Float[8, 1, 1][1, 1, 1] [2, 2] -0.5 0.5") for p in problems), problems
+
+
+@pytest.mark.cuda
+def test_cuda_first_auto_call_returns_a_complete_output_of_the_chosen_path():
+    """The deciding call returns the chosen path's last timed run: a fresh tensor, right for the current inputs,
+    not aliased by the next call's output."""
+    x = make_tensor((2, 6, 33, 35), torch.float32, "cuda")
+    w = make_tensor((6, 1, 3, 3), torch.float32, "cuda")
+    convops.clear_path_choices()
+    with convops.forced_path("auto"):
+        poison_allocator("cuda", x.numel() * x.element_size())  # the output has the input's shape here
+        first = convops.depthwise_conv2d(x, w, None, 1, 1)
+        second = convops.depthwise_conv2d(x, w, None, 1, 1)
+    assert len(convops.path_choices()) == 1
+    assert first.data_ptr() != second.data_ptr()
+    want = reference(torch_depthwise, x, w, None, [1, 1], [1, 1], [1, 1]).cuda()
+    torch.testing.assert_close(first.double(), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(second, first, atol=0, rtol=0)
+
+
+@pytest.mark.cuda
+def test_cuda_auto_from_several_threads():
+    """Threads that look up and record decisions at once get right answers and one decision per problem."""
+    w = make_tensor((8, 1, 3, 3), torch.float32, "cuda")
+    inputs = [make_tensor((1 + k % 3, 8, 20, 20), torch.float32, "cuda") for k in range(12)]
+    outputs, errors = [None] * len(inputs), []
+    convops.clear_path_choices()
+    previous = convops.path_policy()
+    convops.set_path_policy("auto")  # process-wide: the worker threads see it
+
+    def work(k):
+        try:
+            with torch.cuda.stream(torch.cuda.Stream()):
+                for _ in range(20):
+                    outputs[k] = convops.depthwise_conv2d(inputs[k], w, None, 1, 1)
+                torch.cuda.current_stream().synchronize()
+        except Exception as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(len(inputs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        convops.set_path_policy(previous)
+    assert not errors, errors
+    for x, out in zip(inputs, outputs):
+        torch.testing.assert_close(out.double(), reference(torch_depthwise, x, w, None, [1, 1], [1, 1], [1, 1]).cuda(),
+                                   atol=1e-5, rtol=1e-5)
+    assert len(convops.path_choices()) == 3, convops.path_choices()
+
+
+def test_report_lines_parse_with_and_without_a_mixed_path():
+    from convops.path_choice import _LINE
+    two = _LINE.fullmatch("convops::depthwise_conv2d cuda:0 Float[1, 2][2, 1] -> aten (convops 0.5 ms, aten 0.25 ms)")
+    assert two["path"] == "aten" and two["mixed"] is None
+    three = _LINE.fullmatch("convops::depthwise_separable_conv2d cuda:0 tf32 Float[16, 64] -> mixed "
+                            "(convops 2.4 ms, aten 3.3 ms, mixed 1.4 ms)")
+    assert three["problem"].endswith("Float[16, 64]") and three["path"] == "mixed" and float(three["mixed"]) == 1.4
+    assert str(convops.PathChoice("p", "mixed", 2.4, 3.3, 1.4)) == "p -> mixed (convops 2.4 ms, aten 3.3 ms, mixed 1.4 ms)"
+    assert str(convops.PathChoice("p", "aten", 2.0, 1.0)) == "p -> aten (convops 2 ms, aten 1 ms)"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_separable_times_its_mixed_path_where_the_fused_kernel_applies(dtype):
+    """Where the fused kernel takes the problem (contiguous NCHW, stride 1, 3x3 "same"), "auto" times three paths:
+    the fused kernel, the convops depthwise kernel + ATen's 1x1 ("mixed") and ATen's pair; elsewhere two."""
+    x = torch.randn(2, 16, 24, 64, device="cuda", dtype=dtype)
+    dw, pw = torch.randn(16, 1, 3, 3, device="cuda", dtype=dtype), torch.randn(24, 16, 1, 1, device="cuda", dtype=dtype)
+    expected = torch.nn.functional.conv2d(torch.nn.functional.conv2d(x, dw, None, 1, 1, groups=16), pw)
+    convops.clear_path_choices()
+    with convops.forced_path("auto"):
+        first = convops.depthwise_separable_conv2d(x, dw, None, pw, None, 1, 1)
+        again = convops.depthwise_separable_conv2d(x, dw, None, pw, None, 1, 1)
+        convops.depthwise_separable_conv2d(x[:, :, :, 1:], dw, None, pw, None, 1, 1)  # strided view: no fused kernel
+    tol = dict(atol=5e-3, rtol=5e-3) if dtype == torch.float32 else dict(atol=6e-2, rtol=3e-2)
+    torch.testing.assert_close(first, expected, **tol)
+    torch.testing.assert_close(again, first)
+    choices = convops.path_choices()
+    assert len(choices) == 2, choices
+    with_mixed = [c for c in choices if c.mixed_ms is not None]
+    assert len(with_mixed) == 1 and with_mixed[0].mixed_ms > 0, choices
+    assert with_mixed[0].path == min((("convops", with_mixed[0].convops_ms), ("mixed", with_mixed[0].mixed_ms)),
+                                     key=lambda p: p[1])[0] or with_mixed[0].path == "aten", choices

@@ -64,6 +64,18 @@ def cases():
                 b = rand(6, dtype=dtype)
                 yield (f"depthwise rows k{k} p{p} {tag}", lambda: torch.ops.convops.depthwise_conv2d(xr, w, b, 1, p, 1),
                        lambda: F.conv2d(xr, w, b, 1, p, 1, groups=6), tol[dtype])
+                if p == (k - 1) // 2:  # the fused separable kernel: "same" padding, W a multiple of 16 bytes
+                    pw = rand(130, 6, 1, 1, dtype=dtype)
+                    yield (f"separable fused k{k} {tag}",
+                           lambda: torch.ops.convops.depthwise_separable_conv2d(xr, w, b, pw, None, 1, p, 1),
+                           lambda: F.conv2d(F.conv2d(xr, w, b, 1, p, 1, groups=6), pw), tol[dtype])
+            # The plane-block kernel with several planes a block (enough planes that blocks take more than one).
+            xp = rand(96, 6, 7, 9, dtype=dtype)
+            for k, s_, m in [(3, 1, 1), (3, 2, 2), (5, 1, 1)]:
+                w = rand(6 * m, 1, k, k, dtype=dtype)
+                yield (f"depthwise planes k{k} s{s_} m{m} {tag}",
+                       lambda: torch.ops.convops.depthwise_conv2d(xp, w, None, s_, k // 2, 1),
+                       lambda: F.conv2d(xp, w, None, s_, k // 2, 1, groups=6), tol[dtype])
             # Non-finite weight taps, one meeting only the zeros around the input: the correction kernel's case.
             wn = rand(6, 4, 3, 5, dtype=dtype)
             wn[0, 0, 0, 0], wn[1, 2, 2, 4], wn[3, 1, 1, 2] = float("inf"), float("-inf"), float("nan")

@@ -6,10 +6,13 @@
 #include <c10/util/StringUtil.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <map>
 #include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <utility>
 
 namespace convops {
 namespace {
@@ -39,12 +42,22 @@ std::atomic<PathPolicy>& policy_slot() {
 
 struct Decision {
   Path path;
-  double convops_ms, aten_ms;
+  double convops_ms, aten_ms, mixed_ms;  // mixed_ms < 0: no mixed path
+  std::string description;
 };
 
+const char* name_of(Path path) {
+  switch (path) {
+    case Path::kConvops: return "convops";
+    case Path::kAten: return "aten";
+    default: return "mixed";
+  }
+}
+
+// Every op call under "auto" looks its key up here, so readers share the lock; a decision is written once.
 struct Record {
-  std::mutex mutex;
-  std::map<std::string, Decision> decisions;
+  std::shared_mutex mutex;
+  std::unordered_map<std::string, Decision> decisions;
 };
 
 Record& record() {
@@ -64,17 +77,18 @@ void set_path_policy(PathPolicy policy) {
 
 bool cached_path(const std::string& key, Path* path) {
   auto& r = record();
-  const std::lock_guard<std::mutex> lock(r.mutex);
+  const std::shared_lock<std::shared_mutex> lock(r.mutex);
   const auto it = r.decisions.find(key);
   if (it == r.decisions.end()) return false;
   *path = it->second.path;
   return true;
 }
 
-void record_path(const std::string& key, Path path, double convops_ms, double aten_ms) {
+void record_path(const std::string& key, std::string description, Path path, double convops_ms, double aten_ms,
+                 double mixed_ms) {
   auto& r = record();
-  const std::lock_guard<std::mutex> lock(r.mutex);
-  r.decisions[key] = Decision{path, convops_ms, aten_ms};
+  const std::unique_lock<std::shared_mutex> lock(r.mutex);
+  r.decisions[key] = Decision{path, convops_ms, aten_ms, mixed_ms, std::move(description)};
 }
 
 namespace {
@@ -87,20 +101,28 @@ std::string policy_op() {
   return name_of(path_policy());
 }
 
+// One line per decision, sorted by problem; convops/path_choice.py parses them.
 std::vector<std::string> choices_op() {
   auto& r = record();
-  const std::lock_guard<std::mutex> lock(r.mutex);
+  const std::shared_lock<std::shared_mutex> lock(r.mutex);
+  std::vector<const Decision*> sorted;
+  sorted.reserve(r.decisions.size());
+  for (const auto& entry : r.decisions) sorted.push_back(&entry.second);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Decision* a, const Decision* b) { return a->description < b->description; });
   std::vector<std::string> lines;
-  for (const auto& [key, d] : r.decisions) {
-    lines.push_back(c10::str(key, " -> ", d.path == Path::kConvops ? "convops" : "aten", " (convops ", d.convops_ms,
-                             " ms, aten ", d.aten_ms, " ms)"));
+  lines.reserve(sorted.size());
+  for (const Decision* d : sorted) {
+    lines.push_back(c10::str(d->description, " -> ", name_of(d->path), " (convops ", d->convops_ms, " ms, aten ",
+                             d->aten_ms, " ms", d->mixed_ms >= 0 ? c10::str(", mixed ", d->mixed_ms, " ms") : "",
+                             ")"));
   }
   return lines;
 }
 
 void clear_choices_op() {
   auto& r = record();
-  const std::lock_guard<std::mutex> lock(r.mutex);
+  const std::unique_lock<std::shared_mutex> lock(r.mutex);
   r.decisions.clear();
 }
 

@@ -1,7 +1,7 @@
 // Which implementation a convops op runs on CUDA: its own kernel, or the ATen composition it replaces. Each op's
-// CUDA entry asks choose_path(); the policy comes from CONVOPS_PATH (auto | convops | aten, default auto) or
-// convops.set_path_policy(), and every choice made under "auto" is recorded with its timings for
-// convops.path_choices().
+// CUDA entry asks run_chosen_path() (cuda/path_choice.cuh); the policy comes from CONVOPS_PATH (auto | convops |
+// aten, default auto) or convops.set_path_policy(), and every choice made under "auto" is recorded with its timings
+// for convops.path_choices().
 #pragma once
 
 #include <string>
@@ -14,9 +14,15 @@ enum class PathPolicy { kAuto, kConvops, kAten };
 PathPolicy path_policy();
 void set_path_policy(PathPolicy policy);
 
-// The cached decision of "auto" for a problem key, if one was made.
-enum class Path { kConvops, kAten };
+// The decisions of "auto", one per problem. `key` is the problem's compact binary summary (cuda/path_choice.cuh),
+// compared byte for byte on every call; `description` is the same problem written out for convops.path_choices().
+// Both are safe to call from several threads.
+// kMixed: an op's convops kernel for part of its work and ATen for the rest (the separable op's convops depthwise
+// kernel with ATen's 1x1), for ops that offer it besides their fully convops path.
+enum class Path { kConvops, kAten, kMixed };
 bool cached_path(const std::string& key, Path* path);
-void record_path(const std::string& key, Path path, double convops_ms, double aten_ms);
+// mixed_ms < 0: the op has no mixed path.
+void record_path(const std::string& key, std::string description, Path path, double convops_ms, double aten_ms,
+                 double mixed_ms = -1.0);
 
 }  // namespace convops

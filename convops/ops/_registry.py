@@ -1,7 +1,8 @@
 """Guarded registration of Python-side op pieces.
 
-register_fake/register_autograd on an op the compiled library did not define raises at import time (the
-torchvision nms pitfall); these helpers skip the registration instead, and the op call itself reports why."""
+register_fake on an op the compiled library did not define raises at import time (the torchvision nms pitfall);
+this helper skips the registration instead, and the op call itself reports why. (Autograd is registered in C++,
+csrc/autograd/, so that a call pays no Python kernel on the Autograd key.)"""
 from __future__ import annotations
 
 import torch
@@ -22,8 +23,3 @@ def register_fake(qualname: str):
             torch.library.register_fake(qualname, fn)
         return fn
     return decorator
-
-
-def register_autograd(qualname: str, backward, setup_context) -> None:
-    if op_exists(qualname):
-        torch.library.register_autograd(qualname, backward, setup_context=setup_context)

@@ -9,7 +9,6 @@ import torch
 from . import _registry, _shapes
 
 _OP = "convops::conv2d_group_norm_scale_max_pool_clamp"
-aten = torch.ops.aten
 
 
 def conv2d_group_norm_scale_max_pool_clamp(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -74,61 +73,3 @@ def _fake(input, weight, bias, stride, padding, dilation, num_groups, gn_weight,
                          f"{[conv_h, conv_w]}")
     sizes = [input.shape[0], channels, conv_h // pool_kernel[0], conv_w // pool_kernel[1]]
     return _shapes.empty_output(input, sizes)
-
-
-def _channel_scale(scale: torch.Tensor, channels: int) -> torch.Tensor:
-    """scale as a (1, C, 1, 1) or (1, 1, 1, 1) tensor: (C,) means one factor per channel here, not per column."""
-    return scale.reshape(1, -1, 1, 1) if scale.numel() != 1 else scale.reshape(1, 1, 1, 1)
-
-
-def _setup_context(ctx, inputs, output):
-    (input, weight, bias, stride, padding, dilation, num_groups, gn_weight, gn_bias, eps, scale, pool_kernel,
-     clamp_min, clamp_max) = inputs
-    # The backward recomputes the forward chain with ATen ops, which needs every tensor whatever is differentiated.
-    ctx.save_for_backward(input, weight, bias, gn_weight, gn_bias, scale)
-    ctx.params = (list(stride), list(padding), list(dilation), num_groups, eps, list(pool_kernel), clamp_min, clamp_max)
-
-
-def _backward(ctx, grad):
-    input, weight, bias, gn_weight, gn_bias, scale = ctx.saved_tensors
-    stride, padding, dilation, num_groups, eps, pool_kernel, clamp_min, clamp_max = ctx.params
-    need = ctx.needs_input_grad
-    need_input, need_weight, need_bias = need[0], need[1], need[2] and bias is not None
-    need_gamma, need_beta, need_scale = need[7] and gn_weight is not None, need[8] and gn_bias is not None, need[10]
-
-    conv = aten.convolution(input, weight, bias, stride, padding, dilation, False, [0, 0], 1)
-    n, c, h, w = conv.shape
-    gn_out, mean, rstd = aten.native_group_norm(conv, gn_weight, gn_bias, n, c, h * w, num_groups, eps)
-    s = _channel_scale(scale, c)
-    z = gn_out * s
-    pooled, indices = aten.max_pool2d_with_indices(z, pool_kernel, pool_kernel, [0, 0], [1, 1], False)
-
-    # clamp's backward (ATen): the gradient passes where clamp_min <= pooled <= clamp_max.
-    if clamp_min is not None or clamp_max is not None:
-        keep = torch.ones_like(pooled, dtype=torch.bool)
-        if clamp_min is not None:
-            keep = keep & (pooled >= clamp_min)
-        if clamp_max is not None:
-            keep = keep & (pooled <= clamp_max)
-        grad = torch.where(keep, grad, torch.zeros_like(grad))
-    grad_z = aten.max_pool2d_with_indices_backward(grad, z, pool_kernel, pool_kernel, [0, 0], [1, 1], False, indices)
-
-    grad_scale = None
-    if need_scale:
-        grad_scale = (grad_z * gn_out).sum(dim=(0, 2, 3) if scale.numel() != 1 else None).reshape(scale.shape)
-    grad_input = grad_weight = grad_bias = grad_gamma = grad_beta = None
-    if need_input or need_weight or need_bias or need_gamma or need_beta:
-        grad_conv, grad_gamma, grad_beta = aten.native_group_norm_backward(
-            grad_z * s, conv, mean, rstd, gn_weight, n, c, h * w, num_groups,
-            [need_input or need_weight or need_bias, need_gamma, need_beta])
-        if need_input or need_weight or need_bias:
-            grad_input, grad_weight, grad_bias = aten.convolution_backward(
-                grad_conv, input, weight, [c] if bias is not None else None, stride, padding, dilation, False,
-                [0, 0], 1, [need_input, need_weight, need_bias])
-    return (grad_input if need_input else None, grad_weight if need_weight else None,
-            grad_bias if need_bias else None, None, None, None, None,
-            grad_gamma if need_gamma else None, grad_beta if need_beta else None, None,
-            grad_scale, None, None, None)
-
-
-_registry.register_autograd(_OP, _backward, _setup_context)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from . import _shapes
-from ._registry import register_autograd, register_fake
+from ._registry import register_fake
 
 
 def conv_transpose2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride=1,
@@ -83,45 +83,3 @@ def _conv_transpose3d_fake(input, weight, bias=None, stride=(1, 1, 1), padding=(
                            groups=1, dilation=(1, 1, 1)):
     return _fake("convops::conv_transpose3d", 3, input, weight, bias, stride, padding, output_padding, groups,
                  dilation)
-
-
-# ---- autograd: ATen's own transposed-convolution backward, so gradients match F.conv_transpose*d ----
-
-def _placeholder(like: torch.Tensor, shape) -> torch.Tensor:
-    """A zero-stride stand-in of the given shape for an operand whose values backward never reads
-    (convolution_backward takes both operands but reads only the one the requested gradient needs)."""
-    return like.new_zeros(()).expand(shape)
-
-
-def _setup_context(ctx, inputs, output):
-    input, weight, bias, stride, padding, output_padding, groups, dilation = inputs
-    needs_input, needs_weight = ctx.needs_input_grad[:2]
-    # grad_input reads only the weight and grad_weight only the input: keep the other one's shape alone.
-    ctx.save_for_backward(weight if needs_input else None, input if needs_weight else None)
-    ctx.input_shape, ctx.weight_shape = input.shape, weight.shape
-    ctx.unbatched = input.dim() == weight.dim() - 1
-    ctx.bias_sizes = None if bias is None else list(bias.shape)
-    ctx.params = (list(stride), list(padding), list(dilation), list(output_padding), groups)
-
-
-def _backward(ctx, grad_output):
-    weight, input = ctx.saved_tensors
-    needs_input, needs_weight, needs_bias = ctx.needs_input_grad[:3]
-    needs_bias = needs_bias and ctx.bias_sizes is not None
-    if not (needs_input or needs_weight or needs_bias):
-        return None, None, None, None, None, None, None, None
-    input = _placeholder(grad_output, ctx.input_shape) if input is None else input
-    weight = _placeholder(grad_output, ctx.weight_shape) if weight is None else weight
-    stride, padding, dilation, output_padding, groups = ctx.params
-    if ctx.unbatched:
-        grad_output, input = grad_output.unsqueeze(0), input.unsqueeze(0)
-    grad_input, grad_weight, grad_bias = torch.ops.aten.convolution_backward.default(
-        grad_output, input, weight, ctx.bias_sizes, stride, padding, dilation, True, output_padding, groups,
-        [needs_input, needs_weight, needs_bias])
-    if ctx.unbatched and grad_input is not None:
-        grad_input = grad_input.squeeze(0)
-    return grad_input, grad_weight, grad_bias, None, None, None, None, None
-
-
-register_autograd("convops::conv_transpose2d", _backward, _setup_context)
-register_autograd("convops::conv_transpose3d", _backward, _setup_context)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from . import _shapes
-from ._registry import register_autograd, register_fake
+from ._registry import register_fake
 
 OP = "convops::depthwise_conv2d"
 
@@ -53,33 +53,3 @@ def _depthwise_conv2d_fake(input, weight, bias=None, stride=1, padding=0, dilati
     stride, padding, dilation = pair(stride), pair(padding), pair(dilation)
     out_hw = check_depthwise(OP, input, weight, bias, stride, padding, dilation)
     return _shapes.empty_output(input, [input.shape[0], weight.shape[0], *out_hw])
-
-
-def placeholder(saved: torch.Tensor | None, like: torch.Tensor, shape) -> torch.Tensor:
-    """convolution_backward takes both operands even when one gradient is not wanted; it reads only the shape of
-    the operand whose gradient partner is not requested, so an uninitialised tensor stands in for what was not
-    saved."""
-    return saved if saved is not None else like.new_empty(shape)
-
-
-def _setup_context(ctx, inputs, output):
-    input, weight, bias, stride, padding, dilation = inputs
-    ctx.conv_args = (pair(stride), pair(padding), pair(dilation))
-    ctx.input_shape, ctx.weight_shape = input.shape, weight.shape
-    ctx.bias_sizes = None if bias is None else [bias.shape[0]]
-    ctx.groups = input.shape[1]
-    need_input, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-    ctx.save_for_backward(input if need_weight else None, weight if need_input else None)
-
-
-def _backward(ctx, grad):
-    input, weight = ctx.saved_tensors
-    input = placeholder(input, grad, ctx.input_shape)
-    weight = placeholder(weight, grad, ctx.weight_shape)
-    mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.bias_sizes is not None and ctx.needs_input_grad[2]]
-    grad_input, grad_weight, grad_bias = torch.ops.aten.convolution_backward.default(
-        grad, input, weight, ctx.bias_sizes, *ctx.conv_args, False, [0, 0], ctx.groups, mask)
-    return grad_input, grad_weight, grad_bias, None, None, None
-
-
-register_autograd(OP, _backward, _setup_context)

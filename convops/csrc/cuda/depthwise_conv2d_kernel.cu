@@ -18,6 +18,7 @@
 
 #include "common/checks.h"
 #include "cuda/depthwise_conv2d_launch.cuh"
+#include "cuda/depthwise_conv2d_planes.cuh"
 #include "cuda/depthwise_conv2d_rows.cuh"
 #include "cuda/depthwise_stencil.cuh"
 #include "cuda/device_utils.cuh"
@@ -25,6 +26,8 @@
 #include "depthwise_conv2d.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 namespace convops {
 namespace cuda {
@@ -277,13 +280,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-int sm_count() {
-  int device = 0, count = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
 template <typename scalar_t, typename acc_t, int KH, int KW, int kRows>
 void launch_tiled(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                   at::Tensor& output, Args a, size_t smem_bytes, cudaStream_t stream) {
@@ -324,7 +320,7 @@ void depthwise_conv2d_dispatch(const at::Tensor& input, const at::Tensor& weight
     int channel_lanes = 32;  // a power of two, so that it divides kThreads
     while (channel_lanes < a.out_channels && channel_lanes < kThreads) channel_lanes *= 2;
     const int64_t channel_blocks = ceil_div<int64_t>(a.out_channels, channel_lanes);
-    const int64_t run_blocks = std::clamp<int64_t>(sm_count() * 32 / channel_blocks, 1,
+    const int64_t run_blocks = std::clamp<int64_t>(multiprocessor_count() * 32 / channel_blocks, 1,
                                                    ceil_div<int64_t>(runs, kThreads / channel_lanes));
     depthwise_conv2d_channels_last_kernel<scalar_t, acc_t>
         <<<static_cast<unsigned>(run_blocks * channel_blocks), kThreads, 0, stream>>>(
@@ -350,7 +346,7 @@ void depthwise_conv2d_dispatch(const at::Tensor& input, const at::Tensor& weight
     return launch_tiled<scalar_t, acc_t, 0, 0, 1>(input, weight, bias, output, a, bytes, stream);
   }
   const int64_t total = output.numel();
-  const int64_t blocks = std::min<int64_t>(ceil_div<int64_t>(total, kThreads), int64_t{sm_count()} * 16);
+  const int64_t blocks = std::min<int64_t>(ceil_div<int64_t>(total, kThreads), int64_t{multiprocessor_count()} * 16);
   depthwise_conv2d_direct_kernel<scalar_t, acc_t><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
       bias.has_value() && bias->defined() ? bias->const_data_ptr<scalar_t>() : nullptr,
@@ -390,6 +386,20 @@ void check_coordinates_fit_int(const char* op, const DepthwiseGeometry& d) {
                 ") reach plane coordinates past the CUDA kernels' 32-bit range");
 }
 
+// Which NCHW kernel may run. Normally any (the dispatch below picks); CONVOPS_DEPTHWISE_KERNEL=rows|planes|tiled
+// restricts it, for measuring the kernels against each other (tools/dev_depthwise_planes.py). A kernel that does
+// not take the problem still falls through to the general ones.
+enum class KernelChoice { kAny, kRows, kPlanes, kTiled };
+
+KernelChoice kernel_choice() {
+  const char* env = std::getenv("CONVOPS_DEPTHWISE_KERNEL");
+  if (env == nullptr) return KernelChoice::kAny;
+  if (std::strcmp(env, "rows") == 0) return KernelChoice::kRows;
+  if (std::strcmp(env, "planes") == 0) return KernelChoice::kPlanes;
+  if (std::strcmp(env, "tiled") == 0) return KernelChoice::kTiled;
+  return KernelChoice::kAny;
+}
+
 // Writes depthwise_conv2d(input, weight, bias) into output (any dense layout). Also the unfused fallback of the
 // separable op, which is why it is not static.
 void depthwise_conv2d_into(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
@@ -402,9 +412,18 @@ void depthwise_conv2d_into(const at::Tensor& input, const at::Tensor& weight, co
   const auto weight_c = weight.contiguous();
   const auto bias_c = bias.has_value() && bias->defined() ? std::optional<at::Tensor>(bias->contiguous())
                                                           : std::optional<at::Tensor>();
+  const KernelChoice choice = kernel_choice();
+  const auto stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "convops_depthwise_conv2d", [&] {
-    // Contiguous NCHW, stride 1, 3x3 / 5x5 / 7x7: the row-streaming kernel (depthwise_conv2d_rows.cuh).
-    if (launch_depthwise_rows<scalar_t>(input, weight_c, bias_c, output, d, c10::cuda::getCurrentCUDAStream())) {
+    // Contiguous NCHW: the row-streaming kernel (depthwise_conv2d_rows.cuh) for stride 1, 3x3 / 5x5 / 7x7 and rows
+    // that fill its warps; the plane-block kernel (depthwise_conv2d_planes.cuh) for the rest; then the general ones.
+    const bool wide_rows = d.in_w >= rows_strip_columns<scalar_t>(d);
+    if ((choice == KernelChoice::kRows || (choice == KernelChoice::kAny && wide_rows)) &&
+        launch_depthwise_rows<scalar_t>(input, weight_c, bias_c, output, d, stream)) {
+      return;
+    }
+    if ((choice == KernelChoice::kPlanes || choice == KernelChoice::kAny) &&
+        launch_depthwise_planes<scalar_t>(input, weight_c, bias_c, output, d, stream)) {
       return;
     }
     depthwise_conv2d_dispatch<scalar_t>(input, weight_c, bias_c, output, a);

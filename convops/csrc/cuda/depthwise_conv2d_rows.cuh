@@ -35,6 +35,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "cuda/device_info.h"
 #include "depthwise_conv2d.h"
 
 namespace convops {
@@ -198,8 +199,8 @@ struct Window {
 // KH x KW filter; VEC elements per lane; P0: how many window columns lie left of a lane's first loaded column (the
 // padding that makes output columns line up with input columns, so 0 or (KW - 1) / 2); rows are loaded kDepth
 // steps ahead of their use.
-template <typename scalar_t, int KH, int KW, int P0, int VEC, int kDepth>
-__global__ void __launch_bounds__(kThreads) depthwise_rows_kernel(const RowsParams<scalar_t> p) {
+template <typename scalar_t, int KH, int KW, int P0, int VEC, int kDepth, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) depthwise_rows_kernel(const RowsParams<scalar_t> p) {
   using E = Element<scalar_t>;
   using Win = Window<scalar_t, KW, P0, VEC>;
   constexpr int kPerWord = Win::kPerWord, NW = Win::NW;
@@ -340,10 +341,14 @@ __global__ void __launch_bounds__(kThreads) depthwise_rows_kernel(const RowsPara
 // Per-filter choices. kVec: elements a lane loads per row, 16 bytes (8 for 16-bit 7x7, to bound the registers that
 // its 7 rows of partial sums take).
 // kDepth: rows in flight per lane (fewer for big filters, whose arithmetic covers more of the latency).
+// kMinBlocks: CTAs an SM must hold (caps the registers). For 3x3, two rows in flight and 6 CTAs an SM (80 registers,
+// no spills) beat three rows at 4 CTAs: seed shape on H200, fp32 0.5944 -> 0.5899 ms, bf16 0.3419 -> 0.3234 ms
+// (tools/dev_depthwise_planes.py, 2026-11-26; 5 and 7 CTAs, one row, 8-byte loads all measured slower).
 template <typename scalar_t, int KH, int KW>
 struct RowsConfig {
   static constexpr int kVec = (sizeof(scalar_t) == 4 || KH * KW > 25) ? 4 : 8;
-  static constexpr int kDepth = KH <= 2 ? 4 : (KH <= 4 ? KH : (KH == 6 ? 3 : 2));
+  static constexpr int kDepth = KH <= 2 ? 4 : (KH == 3 ? 2 : (KH == 4 ? KH : (KH == 6 ? 3 : 2)));
+  static constexpr int kMinBlocks = KH == 3 ? 6 : 1;
 };
 
 // A launch of depthwise_rows_kernel: its parameters (data pointers aside) and grid size.
@@ -404,13 +409,6 @@ std::optional<RowsPlan<scalar_t>> plan_rows(const DepthwiseGeometry& d, int sm_c
   return plan;
 }
 
-inline int multiprocessor_count() {
-  int device = 0, count = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
 template <typename scalar_t, int KH, int KW, int P0>
 bool launch_rows_kernel(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                         at::Tensor& output, const DepthwiseGeometry& d, cudaStream_t stream) {
@@ -424,7 +422,8 @@ bool launch_rows_kernel(const at::Tensor& input, const at::Tensor& weight, const
   p.weight = weight.const_data_ptr<scalar_t>();
   p.bias = bias.has_value() && bias->defined() ? bias->const_data_ptr<scalar_t>() : nullptr;
   p.output = output.mutable_data_ptr<scalar_t>();
-  depthwise_rows_kernel<scalar_t, KH, KW, P0, C::kVec, C::kDepth><<<plan->blocks, kThreads, 0, stream>>>(p);
+  depthwise_rows_kernel<scalar_t, KH, KW, P0, C::kVec, C::kDepth, C::kMinBlocks>
+      <<<plan->blocks, kThreads, 0, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }
@@ -439,6 +438,16 @@ bool launch_rows_for_filter(const at::Tensor& input, const at::Tensor& weight, c
 }
 
 }  // namespace rows
+
+// Input columns a warp of the row-streaming kernel covers for problem d's filter (32 lanes of one vector each); rows
+// narrower than that leave lanes idle, and the dispatch prefers the plane-block kernel for them.
+template <typename scalar_t>
+int64_t rows_strip_columns(const DepthwiseGeometry& d) {
+  const auto columns = [](auto config) { return int64_t{32} * decltype(config)::kVec; };
+  if (d.kernel_h == 7) return columns(rows::RowsConfig<scalar_t, 7, 7>{});
+  if (d.kernel_h == 5) return columns(rows::RowsConfig<scalar_t, 5, 5>{});
+  return columns(rows::RowsConfig<scalar_t, 3, 3>{});
+}
 
 // Runs depthwise_conv2d on the row-streaming kernel and returns true, or returns false without doing anything when
 // the problem is not one it handles. weight and bias must be contiguous (as depthwise_conv2d_into makes them);

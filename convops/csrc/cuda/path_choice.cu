@@ -3,7 +3,8 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <algorithm>
+#include <charconv>
+#include <cstring>
 
 namespace convops {
 namespace cuda {
@@ -12,20 +13,28 @@ namespace {
 constexpr int kTimedRuns = 3;
 constexpr double kAtenMargin = 0.97;
 
+// KeyWriter's tags: each argument starts with one, so that arguments of different kinds never read alike.
+constexpr char kTensorTag = 'T', kListTag = 'L', kIntTag = 'I', kDoubleTag = 'D', kNoneTag = '-';
+
+bool aligned16(const at::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+}
+
 bool capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
   return status != cudaStreamCaptureStatusNone;
 }
 
-// Mean milliseconds of one run of `path` after a warm-up run (cuDNN's algorithm search, first allocations).
-double time_ms(const PathFn& path, cudaStream_t stream) {
+// Mean milliseconds of one run of `path` after a warm-up run (cuDNN's algorithm search, first allocations). Every
+// run computes a full output; the last timed one is kept in *output.
+double time_ms(PathFn path, cudaStream_t stream, at::Tensor* output) {
   path();
   cudaEvent_t start, stop;
   C10_CUDA_CHECK(cudaEventCreate(&start));
   C10_CUDA_CHECK(cudaEventCreate(&stop));
   C10_CUDA_CHECK(cudaEventRecord(start, stream));
-  for (int i = 0; i < kTimedRuns; ++i) path();
+  for (int i = 0; i < kTimedRuns; ++i) *output = path();
   C10_CUDA_CHECK(cudaEventRecord(stop, stream));
   C10_CUDA_CHECK(cudaEventSynchronize(stop));
   float ms = 0.f;
@@ -37,21 +46,105 @@ double time_ms(const PathFn& path, cudaStream_t stream) {
 
 }  // namespace
 
-at::Tensor run_chosen_path(const std::string& key, const PathFn& convops_path, const PathFn& aten_path) {
-  switch (path_policy()) {
-    case PathPolicy::kConvops: return convops_path();
-    case PathPolicy::kAten: return aten_path();
-    case PathPolicy::kAuto: break;
-  }
+// The key: the op's name, device and TF32 flag, then per argument its tag and its raw fields (sizes and strides as
+// int64 arrays). A double goes in as the text TextWriter prints for it (6 significant digits), so that keys and
+// texts tell the same problems apart.
+void KeyWriter::header(const char* op, const at::Tensor& input) {
+  bytes_.append(op, std::strlen(op) + 1);
+  put(static_cast<int64_t>(input.get_device()));
+  put(conv_allows_tf32(input));
+}
+
+void KeyWriter::add(const at::Tensor& t) {
+  if (!t.defined()) return add_none();
+  put(kTensorTag);
+  put(t.scalar_type());
+  put(static_cast<int64_t>(t.dim()));
+  bytes_.append(reinterpret_cast<const char*>(t.sizes().data()), t.dim() * sizeof(int64_t));
+  bytes_.append(reinterpret_cast<const char*>(t.strides().data()), t.dim() * sizeof(int64_t));
+  put(aligned16(t));
+}
+
+void KeyWriter::add(at::IntArrayRef values) {
+  put(kListTag);
+  put(static_cast<int64_t>(values.size()));
+  bytes_.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t));
+}
+
+void KeyWriter::add(int64_t value) {
+  put(kIntTag);
+  put(value);
+}
+
+void KeyWriter::add(double value) {
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof(text), value, std::chars_format::general, 6).ptr;
+  put(kDoubleTag);
+  bytes_.append(text, end - text);
+  bytes_.push_back('\0');
+}
+
+void KeyWriter::add_none() {
+  put(kNoneTag);
+}
+
+// The text: what convops.path_choices() shows, and what tests and the bench parse.
+void TextWriter::header(const char* op, const at::Tensor& input) {
+  out_ << op << " cuda:" << static_cast<int>(input.get_device()) << (conv_allows_tf32(input) ? " tf32" : "");
+}
+
+void TextWriter::add(const at::Tensor& t) {
+  if (!t.defined()) return add_none();
+  out_ << ' ' << t.scalar_type() << t.sizes() << t.strides() << (aligned16(t) ? "" : "u");
+}
+
+void TextWriter::add(at::IntArrayRef values) {
+  out_ << ' ' << values;
+}
+
+void TextWriter::add(int64_t value) {
+  out_ << ' ' << value;
+}
+
+void TextWriter::add(double value) {
+  out_ << ' ' << value;
+}
+
+void TextWriter::add_none() {
+  out_ << " -";
+}
+
+std::string& key_buffer() {
+  thread_local std::string buffer;
+  return buffer;
+}
+
+at::Tensor run_auto_path(const std::string& key, c10::function_ref<std::string()> describe, PathFn convops_path,
+                         PathFn aten_path, const PathFn* mixed_path) {
   Path path;
-  if (cached_path(key, &path)) return path == Path::kConvops ? convops_path() : aten_path();
+  if (cached_path(key, &path)) {
+    switch (path) {
+      case Path::kConvops: return convops_path();
+      case Path::kAten: return aten_path();
+      case Path::kMixed: return mixed_path != nullptr ? (*mixed_path)() : convops_path();
+    }
+  }
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   if (capturing(stream)) return convops_path();
-  const double convops_ms = time_ms(convops_path, stream);
-  const double aten_ms = time_ms(aten_path, stream);
-  path = aten_ms < kAtenMargin * convops_ms ? Path::kAten : Path::kConvops;
-  record_path(key, path, convops_ms, aten_ms);
-  return path == Path::kConvops ? convops_path() : aten_path();
+  const std::string own_key = key;  // the paths may call convops ops, which refill this thread's key buffer
+  at::Tensor convops_output, aten_output, mixed_output;
+  const double convops_ms = time_ms(convops_path, stream, &convops_output);
+  const double aten_ms = time_ms(aten_path, stream, &aten_output);
+  const double mixed_ms = mixed_path != nullptr ? time_ms(*mixed_path, stream, &mixed_output) : -1.0;
+  const bool mixed_wins = mixed_path != nullptr && mixed_ms < convops_ms;
+  const double best_convops_ms = mixed_wins ? mixed_ms : convops_ms;
+  path = aten_ms < kAtenMargin * best_convops_ms ? Path::kAten : mixed_wins ? Path::kMixed : Path::kConvops;
+  record_path(own_key, describe(), path, convops_ms, aten_ms, mixed_ms);
+  switch (path) {
+    case Path::kConvops: return convops_output;
+    case Path::kAten: return aten_output;
+    default: return mixed_output;
+  }
 }
 
 }  // namespace cuda

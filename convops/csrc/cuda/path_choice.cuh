@@ -1,13 +1,19 @@
 // The CUDA side of the path choice (path_choice.h): run the op's own kernel or the ATen composition it replaces,
 // under the policy; under "auto", time both once per problem and keep the faster.
+//
+//   return run_chosen_path(problem_key(kOp, input, weight, bias, stride, padding, dilation),
+//                          [&] { return kernel(...); }, [&] { return aten(...); });
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/util/FunctionRef.h>
 
-#include <functional>
+#include <cstdint>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <type_traits>
 
 #include "common/precision.h"
 #include "path_choice.h"
@@ -15,50 +21,120 @@
 namespace convops {
 namespace cuda {
 
-using PathFn = std::function<at::Tensor()>;
-
-// Runs one path and returns its output. "auto" times both paths the first time a key is seen (one warm-up and
-// three timed runs each, CUDA events on the current stream) and records the faster; the ATen path must be at least
-// 3% faster to be taken, so that timing noise does not flip a near tie between runs. While the stream is being
-// captured into a CUDA graph nothing can be timed: an unrecorded key then runs the convops kernel.
-at::Tensor run_chosen_path(const std::string& key, const PathFn& convops_path, const PathFn& aten_path);
+using PathFn = c10::function_ref<at::Tensor()>;
 
 // Everything that can change which path is faster: the op, each tensor's dtype, sizes, strides and 16-byte
-// alignment, every scalar argument, and whether TF32 is allowed.
-class ProblemKey {
+// alignment, every scalar argument, and whether TF32 is allowed. Two writers see a problem the same way: KeyWriter
+// packs it into the bytes that every call looks up (built into a reused buffer: no stream, no allocation), and
+// TextWriter spells it out for the record ("convops::depthwise_conv2d cuda:0 tf32 Float[1, 32, 112, 112][...] ...")
+// once, when a decision is made. Two problems have the same key exactly when they have the same text.
+class KeyWriter {
  public:
-  ProblemKey(const char* op, const at::Tensor& input) {
-    out_ << op << " cuda:" << static_cast<int>(input.get_device()) << (conv_allows_tf32(input) ? " tf32" : "");
-  }
-  ProblemKey& add(const at::Tensor& t) {
-    out_ << ' ' << t.scalar_type() << t.sizes() << t.strides()
-         << (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 ? "" : "u");
-    return *this;
-  }
-  ProblemKey& add(const std::optional<at::Tensor>& t) {
-    return t.has_value() && t->defined() ? add(*t) : (out_ << " -", *this);
-  }
+  explicit KeyWriter(std::string* bytes) : bytes_(*bytes) { bytes_.clear(); }
+  void header(const char* op, const at::Tensor& input);
+  void add(const at::Tensor& t);
+  void add(at::IntArrayRef values);
+  void add(int64_t value);
+  void add(double value);
+  void add_none();
+
+ private:
   template <typename T>
-  ProblemKey& add(const T& value) {
-    out_ << ' ' << value;
-    return *this;
+  void put(const T& value) {
+    bytes_.append(reinterpret_cast<const char*>(&value), sizeof(T));
   }
-  template <typename T>
-  ProblemKey& add(const std::optional<T>& value) {
-    return value.has_value() ? add(*value) : (out_ << " -", *this);
-  }
+  std::string& bytes_;
+};
+
+class TextWriter {
+ public:
+  void header(const char* op, const at::Tensor& input);
+  void add(const at::Tensor& t);
+  void add(at::IntArrayRef values);
+  void add(int64_t value);
+  void add(double value);
+  void add_none();
   std::string str() const { return out_.str(); }
 
  private:
   std::ostringstream out_;
 };
 
+template <typename Writer, typename T>
+void write_arg(Writer& w, const T& value) {
+  if constexpr (std::is_integral_v<T>) {
+    w.add(static_cast<int64_t>(value));
+  } else {
+    w.add(value);
+  }
+}
+
+template <typename Writer, typename T>
+void write_arg(Writer& w, const std::optional<T>& value) {
+  if (value.has_value()) {
+    write_arg(w, *value);
+  } else {
+    w.add_none();
+  }
+}
+
+// A problem: the op's name and arguments, held by reference (it lives only as long as the run_chosen_path call it
+// is passed to), written out only where the policy asks for it.
 template <typename... Args>
-std::string problem_key(const char* op, const at::Tensor& input, const Args&... args) {
-  ProblemKey key(op, input);
-  key.add(input);
-  (key.add(args), ...);
-  return key.str();
+class Problem {
+ public:
+  Problem(const char* op, const at::Tensor& input, const Args&... args) : op_(op), input_(input), args_(args...) {}
+
+  template <typename Writer>
+  void write(Writer& w) const {
+    w.header(op_, input_);
+    w.add(input_);
+    std::apply([&w](const auto&... arg) { (write_arg(w, arg), ...); }, args_);
+  }
+
+ private:
+  const char* op_;
+  const at::Tensor& input_;
+  std::tuple<const Args&...> args_;
+};
+
+template <typename... Args>
+Problem<Args...> problem_key(const char* op, const at::Tensor& input, const Args&... args) {
+  return Problem<Args...>(op, input, args...);
+}
+
+// The calling thread's key buffer, reused call after call.
+std::string& key_buffer();
+
+// "auto" for a problem whose key is in `key`: the recorded path, or, the first time the key is seen, one warm-up
+// and three timed runs of each path (CUDA events on the current stream), the faster recorded and the output of its
+// last timed run returned. The ATen path must be at least 3% faster to be taken, so that timing noise does not flip
+// a near tie between runs. While the stream is being captured into a CUDA graph nothing can be timed: an
+// unrecorded key then runs the convops kernel.
+// mixed_path (may be null): a third candidate, convops' kernel for part of the op and ATen for the rest; it competes
+// with the convops path on equal terms (both are convops code) and with the margin against ATen.
+at::Tensor run_auto_path(const std::string& key, c10::function_ref<std::string()> describe, PathFn convops_path,
+                         PathFn aten_path, const PathFn* mixed_path = nullptr);
+
+// Runs one path under the policy and returns its output. The "convops" policy runs convops_path, "aten" aten_path;
+// mixed_path runs only where "auto" finds it the fastest.
+template <typename... Args>
+at::Tensor run_chosen_path(const Problem<Args...>& problem, PathFn convops_path, PathFn aten_path,
+                           const PathFn* mixed_path = nullptr) {
+  switch (path_policy()) {
+    case PathPolicy::kConvops: return convops_path();
+    case PathPolicy::kAten: return aten_path();
+    case PathPolicy::kAuto: break;
+  }
+  std::string& key = key_buffer();
+  KeyWriter writer(&key);
+  problem.write(writer);
+  const auto describe = [&problem] {
+    TextWriter text;
+    problem.write(text);
+    return text.str();
+  };
+  return run_auto_path(key, describe, convops_path, aten_path, mixed_path);
 }
 
 }  // namespace cuda
