@@ -35,10 +35,17 @@ def _use_cuda() -> bool:
 _SHARED_SOURCES = ("convops.cpp", "path_choice.cpp", "path_choice.cu")
 
 
+# Families whose files need another family's (by file-name prefix): the separable op runs the depthwise kernels as
+# its first stage, and both depthwise CPU kernels share the direct loop in cpu/depthwise_direct.cpp.
+_FAMILY_DEPENDENCIES = {"depthwise_separable_conv2d": ("depthwise_conv2d",), "depthwise_conv2d": ("depthwise_direct",)}
+
+
 def _selected(paths):
     only = [p for p in os.getenv("CONVOPS_OPS", "").split(",") if p]
     if not only:
         return paths
+    for family in only:  # grows while it is walked: dependencies of dependencies
+        only += [d for d in _FAMILY_DEPENDENCIES.get(family, ()) if d not in only]
     return [p for p in paths if os.path.basename(p) in _SHARED_SOURCES or os.path.basename(p).startswith(tuple(only))]
 
 
