@@ -513,8 +513,10 @@ int weight_pitch(int chunks) {
 template <typename scalar_t, int KH, int KW, Math kMath>
 bool launch(const Params<scalar_t>& p, cudaStream_t stream, bool dry_run) {
   const Smem<scalar_t, KH, KW, kMath> s(p.chunks, p.pitch_w);
-  constexpr size_t kMaxSmem = 110 * 1024;  // two CTAs an SM
-  if (s.total > kMaxSmem) return false;
+  // Two CTAs an SM on Hopper; on GPUs with less shared memory a block, whatever the device allows.
+  const size_t max_smem = std::min<size_t>(110 * 1024, max_shared_memory_per_block());
+  const int cout_tiles = (p.out_channels + kCoutTile - 1) / kCoutTile;
+  if (s.total > max_smem || cout_tiles > 65535) return false;  // 65535: the grid's y limit
   if (dry_run) return true;
   auto kernel = separable_pipelined_kernel<scalar_t, KH, KW, kMath>;
   // The attribute is per device and holds for the process: set it once per device and instantiation (a driver
@@ -525,10 +527,9 @@ bool launch(const Params<scalar_t>& p, cudaStream_t stream, bool dry_run) {
   const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
   if ((configured.load(std::memory_order_relaxed) & bit) == 0 || bit == 0) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kMaxSmem)));
+                                        static_cast<int>(max_smem)));
     configured.fetch_or(bit, std::memory_order_relaxed);
   }
-  const int cout_tiles = (p.out_channels + kCoutTile - 1) / kCoutTile;
   const int64_t ctas = std::max<int64_t>(1, 2 * int64_t{multiprocessor_count()} / cout_tiles);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(p.tiles, ctas)), static_cast<unsigned>(cout_tiles));
   kernel<<<grid, kThreads, s.total, stream>>>(p);
@@ -565,11 +566,18 @@ bool launch_separable_pipelined(const at::Tensor& input, const at::Tensor& dw_we
     // "Same" padding along W (the window's place in the staged vectors is then fixed); any padding along H.
     if (d.pad_w != (d.kernel_w - 1) / 2) return false;
     if (d.in_w % kVec != 0 || reinterpret_cast<uintptr_t>(input.const_data_ptr()) % 16 != 0) return false;
-    if (!input.is_contiguous() || d.batch == 0 || (!dry_run && !output.is_contiguous())) return false;
+    if (!input.is_contiguous() || d.batch == 0) return false;
+    // The epilogue stores pixel pairs: the output must be contiguous and pair-aligned.
+    if (!dry_run && (!output.is_contiguous() ||
+                     reinterpret_cast<uintptr_t>(output.const_data_ptr()) % (2 * sizeof(scalar_t)) != 0)) {
+      return false;
+    }
     constexpr int64_t kIntMax = std::numeric_limits<int>::max();
     for (const int64_t v : {d.in_h, d.in_w, d.out_h, d.out_w, d.out_channels, pw_weight.size(0)}) {
       if (v >= kIntMax / 8) return false;
     }
+    // The stager's per-slot offsets (row * W + column within a staged rectangle) are ints.
+    if ((d.kernel_h + kTileRows) * d.in_w + kTileCols + 2 * kVec >= kIntMax) return false;
     Params<scalar_t> p{};
     p.input = input.const_data_ptr<scalar_t>();
     p.dw_weight = dw_weight.const_data_ptr<scalar_t>();

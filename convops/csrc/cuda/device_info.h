@@ -11,19 +11,30 @@
 namespace convops {
 namespace cuda {
 
-// Number of SMs of the current device.
-inline int multiprocessor_count() {
+// Attribute `Attr` of the current device, read once per device.
+template <cudaDeviceAttr Attr>
+int device_attribute() {
   constexpr int kMaxDevices = 64;
   static std::array<std::atomic<int>, kMaxDevices> cached{};  // 0: not read yet
   int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
   if (device >= 0 && device < kMaxDevices) {
-    if (const int count = cached[device].load(std::memory_order_relaxed); count > 0) return count;
+    if (const int value = cached[device].load(std::memory_order_relaxed); value > 0) return value;
   }
-  int count = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  if (device >= 0 && device < kMaxDevices) cached[device].store(count, std::memory_order_relaxed);
-  return count;
+  int value = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, Attr, device));
+  if (device >= 0 && device < kMaxDevices) cached[device].store(value, std::memory_order_relaxed);
+  return value;
+}
+
+// Number of SMs of the current device.
+inline int multiprocessor_count() {
+  return device_attribute<cudaDevAttrMultiProcessorCount>();
+}
+
+// The most dynamic shared memory one block may opt in to (227 KB on Hopper, 99 KB on sm_86 / sm_89).
+inline int max_shared_memory_per_block() {
+  return device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>();
 }
 
 }  // namespace cuda
