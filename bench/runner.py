@@ -73,8 +73,8 @@ def _column_result(status: str, ms=None, max_error=None, first_call_s=None, note
 
 
 def _chosen_path() -> str:
-    """What the "auto" policy chose in the call just made: "convops", "aten", or "convops+aten" where one model
-    call made several decisions."""
+    """What the "auto" policy chose in the call just made: "convops", "aten", "mixed", or e.g. "aten+convops"
+    where one model call made several decisions."""
     paths = sorted({choice.path for choice in convops.path_choices()})
     return "+".join(paths) if paths else "convops"
 

@@ -3,7 +3,7 @@
 A convops kernel is specialised; on problems where it does not pay, the op runs ATen's path instead. Policies:
 
 - ``"auto"`` (default): the first call of each problem (op, dtypes, sizes, strides, parameters, TF32 flag) times
-  both paths and keeps the faster; :func:`path_choices` lists every decision with its timings.
+  its paths and keeps the fastest; :func:`path_choices` lists every decision with its timings.
 - ``"convops"``: always the convops kernel.  ``"aten"``: always ATen.
 
 The environment variable ``CONVOPS_PATH`` sets the policy at load time. CPU calls are unaffected.
@@ -76,6 +76,6 @@ def path_choices() -> list[PathChoice]:
 
 
 def clear_path_choices() -> None:
-    """Forgets the decisions, so that the next call of each problem times both paths again."""
+    """Forgets the decisions, so that the next call of each problem times its paths again."""
     require_ops()
     torch.ops.convops._clear_path_choices()

@@ -114,9 +114,10 @@ inline std::optional<at::Tensor> optional_tensor(const at::Tensor& t) {
 }
 
 // convolution_backward takes both operands even when one gradient is not wanted; it reads only the shape of the
-// operand whose gradient partner is not requested, so an uninitialised tensor stands in for what was not saved.
+// operand whose gradient partner is not requested, so a zero-stride stand-in of that shape (no allocation) takes the
+// place of what was not saved.
 inline at::Tensor placeholder(const at::Tensor& saved, const at::Tensor& like, c10::SymIntArrayRef shape) {
-  return saved.defined() ? saved : like.new_empty_symint(shape);
+  return saved.defined() ? saved : like.new_zeros(at::IntArrayRef{}).expand_symint(shape);
 }
 
 }  // namespace convops::autograd

@@ -18,12 +18,6 @@ at::Tensor conv_transpose_below_autograd(const at::Tensor& input, const at::Tens
   return call_below_autograd(op, input, weight, bias, stride, padding, output_padding, groups, dilation);
 }
 
-// A zero-stride stand-in of the given shape for an operand whose values backward never reads (convolution_backward
-// takes both operands but reads only the one the requested gradient needs).
-at::Tensor zero_stride_placeholder(const at::Tensor& like, c10::SymIntArrayRef shape) {
-  return like.new_zeros(at::IntArrayRef{}).expand_symint(shape);
-}
-
 template <int64_t SpatialDims>
 class ConvTransposeFunction : public torch::autograd::Function<ConvTransposeFunction<SpatialDims>> {
  public:
@@ -49,14 +43,13 @@ class ConvTransposeFunction : public torch::autograd::Function<ConvTransposeFunc
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     at::Tensor grad_output = grads[0];
     const auto saved = ctx->get_saved_variables();
-    at::Tensor weight = saved[0], input = saved[1];
     const auto bias_sizes = saved_bias_sizes(ctx, "bias_sizes");
     const auto [needs_input, needs_weight, needs_bias] =
         needs_input_grad<3>(ctx, {true, true, bias_sizes.has_value()});
     variable_list grads_in(8);
     if (!(needs_input || needs_weight || needs_bias)) return grads_in;
-    if (!input.defined()) input = zero_stride_placeholder(grad_output, saved_sizes(ctx, "input_shape"));
-    if (!weight.defined()) weight = zero_stride_placeholder(grad_output, saved_sizes(ctx, "weight_shape"));
+    at::Tensor weight = placeholder(saved[0], grad_output, saved_sizes(ctx, "weight_shape"));
+    at::Tensor input = placeholder(saved[1], grad_output, saved_sizes(ctx, "input_shape"));
     const bool unbatched = ctx->saved_data.at("unbatched").toBool();
     if (unbatched) {
       grad_output = grad_output.unsqueeze(0);

@@ -59,10 +59,11 @@ class DepthwiseSeparableConv2dFunction : public torch::autograd::Function<Depthw
     const auto dw_shape = saved_sizes(ctx, "dw_shape");
     const bool need_mid = need[0] || need[1] || need[2];
 
+    // The intermediate's values feed only the pointwise weight's gradient; otherwise its shape stands in.
     const auto mid = need[3] ? at::convolution_symint(input, dw_weight, optional_tensor(dw_bias), stride, padding,
                                                       dilation, false, sym({0, 0}), groups)
-                             : grad.new_empty_symint({grad.sym_size(0), dw_shape[0], grad.sym_size(2),
-                                                      grad.sym_size(3)});
+                             : placeholder(at::Tensor(), grad,
+                                           {grad.sym_size(0), dw_shape[0], grad.sym_size(2), grad.sym_size(3)});
     auto [grad_mid, grad_pw_weight, grad_pw_bias] = at::convolution_backward_symint(
         grad, mid, placeholder(pw_weight, grad, saved_sizes(ctx, "pw_shape")), as_optional_ref(pw_bias_sizes),
         sym({1, 1}), sym({0, 0}), sym({1, 1}), false, sym({0, 0}), 1, {need_mid, need[3], need[4]});

@@ -8,6 +8,7 @@
 #include <c10/util/irange.h>
 #include <torch/library.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,11 @@ inline std::vector<int64_t> conv_output_sizes(const char* op, at::IntArrayRef in
 // outputs, anything else gives a contiguous output. The fake implementations in convops/ops/ say the same.
 inline at::Tensor empty_output(const at::Tensor& input, at::IntArrayRef sizes) {
   return at::empty(sizes, input.options().memory_format(input.suggest_memory_format()));
+}
+
+// An optional operand (a bias) made contiguous for a kernel's flat indexing, or none where none was passed.
+inline std::optional<at::Tensor> contiguous_or_none(const std::optional<at::Tensor>& t) {
+  return t.has_value() && t->defined() ? std::optional<at::Tensor>(t->contiguous()) : std::nullopt;
 }
 
 // A sparse operand sends a call to a Sparse* dispatch key, where no convops kernel lives, and PyTorch would answer

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "common/checks.h"
+
 namespace convops {
 namespace {
 
@@ -67,7 +69,7 @@ at::Tensor depthwise_conv2d_direct(const at::Tensor& input, const at::Tensor& we
                                    at::MemoryFormat format) {
   auto out = at::empty({g.batch, g.out_channels, g.out_h, g.out_w}, input.options().memory_format(format));
   const auto w = weight.contiguous();
-  const auto b = bias.has_value() && bias->defined() ? std::optional<at::Tensor>(bias->contiguous()) : std::nullopt;
+  const auto b = contiguous_or_none(bias);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d_direct", [&] {
     depthwise_direct_kernel<scalar_t>(input, w, b ? &*b : nullptr, out, g);
   });

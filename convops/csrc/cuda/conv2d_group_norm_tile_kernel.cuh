@@ -79,17 +79,11 @@ __device__ __forceinline__ void mma_k_step(float (&acc)[2][4][4], const float* p
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          ah[mi][r] = tf32_bits_for_split(a[mi][r]);
-          al[mi][r] = tf32_bits_for_split(a[mi][r] - __uint_as_float(ah[mi][r]));
-        }
+        for (int r = 0; r < 4; ++r) split_tf32(a[mi][r], ah[mi][r], al[mi][r]);
 #pragma unroll
       for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          bh[ni][r] = tf32_bits_for_split(b[ni][r]);
-          bl[ni][r] = tf32_bits_for_split(b[ni][r] - __uint_as_float(bh[ni][r]));
-        }
+        for (int r = 0; r < 2; ++r) split_tf32(b[ni][r], bh[ni][r], bl[ni][r]);
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll

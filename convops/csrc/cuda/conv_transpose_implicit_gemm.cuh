@@ -187,28 +187,6 @@ struct TapGroup {
   int extent[3];  // brick extent this group needs (<= the allocated one)
 };
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Asynchronous global -> shared copy of Bytes (4, 8 or 16); valid == false writes zeros and reads nothing.
-template <int Bytes>
-__device__ __forceinline__ void cp_async_zfill(void* dst, const void* src, bool valid) {
-  const int src_bytes = valid ? Bytes : 0;
-  if constexpr (Bytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
-                 "r"(src_bytes));
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_address(dst)), "l"(src), "n"(Bytes),
-                 "r"(src_bytes));
-  }
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int Pending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
-}
-
 // Calls f(brick_offset, input_offset, inside) for the brick positions this thread loads: the same positions in
 // load_brick and round_brick, so each thread rounds exactly the words its own copies wrote.
 template <class F>

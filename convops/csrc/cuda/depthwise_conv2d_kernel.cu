@@ -354,6 +354,10 @@ void depthwise_conv2d_dispatch(const at::Tensor& input, const at::Tensor& weight
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+Strides4d strides_of(const at::Tensor& t) {
+  return Strides4d{t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
+}
+
 }  // namespace
 
 Geometry make_geometry(const DepthwiseGeometry& d) {
@@ -362,10 +366,6 @@ Geometry make_geometry(const DepthwiseGeometry& d) {
                   as_int(d.kernel_h),   as_int(d.kernel_w),  as_int(d.stride_h),   as_int(d.stride_w),
                   as_int(d.pad_h),      as_int(d.pad_w),     as_int(d.dilation_h), as_int(d.dilation_w),
                   as_int(d.multiplier)};
-}
-
-Strides4d strides_of(const at::Tensor& t) {
-  return Strides4d{t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
 }
 
 void check_coordinates_fit_int(const char* op, const DepthwiseGeometry& d) {
@@ -410,8 +410,7 @@ void depthwise_conv2d_into(const at::Tensor& input, const at::Tensor& weight, co
   check_coordinates_fit_int(op, d);
   Args a{make_geometry(d), d.out_channels, 0, 0, strides_of(input), strides_of(output)};
   const auto weight_c = weight.contiguous();
-  const auto bias_c = bias.has_value() && bias->defined() ? std::optional<at::Tensor>(bias->contiguous())
-                                                          : std::optional<at::Tensor>();
+  const auto bias_c = contiguous_or_none(bias);
   const KernelChoice choice = kernel_choice();
   const auto stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "convops_depthwise_conv2d", [&] {

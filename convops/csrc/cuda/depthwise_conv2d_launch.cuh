@@ -1,4 +1,5 @@
-// Host entry of the depthwise CUDA kernels, for the depthwise-separable op's unfused fallback.
+// Host entry of the depthwise CUDA kernels, shared with the depthwise-separable op (its mixed path) and the
+// plane-block kernel's planner (make_geometry).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -13,14 +14,13 @@ namespace cuda {
 namespace depthwise {
 
 Geometry make_geometry(const DepthwiseGeometry& d);
-Strides4d strides_of(const at::Tensor& t);
 
 // Raises "<op>: ..." unless every plane coordinate the depthwise kernels form (with the stride, padding and dilation
 // of d, tiles up to 128 outputs wide rounded past the last output) fits in int. Tensor offsets are 64-bit anyway.
 void check_coordinates_fit_int(const char* op, const DepthwiseGeometry& d);
 
 // Writes depthwise_conv2d(input, weight, bias) with geometry d into output (dense, any layout; non-empty). Errors
-// name `op` (the separable op passes its own name when it runs this as its unfused fallback).
+// name `op` (the separable op passes its own name when it runs this as its mixed path).
 void depthwise_conv2d_into(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                            at::Tensor& output, const DepthwiseGeometry& d,
                            const char* op = "convops::depthwise_conv2d");

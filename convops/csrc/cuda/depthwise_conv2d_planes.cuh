@@ -29,6 +29,7 @@
 
 #include "cuda/depthwise_conv2d_launch.cuh"
 #include "cuda/device_info.h"
+#include "cuda/device_utils.cuh"
 #include "depthwise_conv2d.h"
 
 namespace convops {
@@ -57,7 +58,7 @@ struct PlanesParams {
 
 // Copies elements [start, start + len) of src into dst[off + 0 .. off + len), where off = start's offset within its
 // 16-byte word, so that 16-byte pieces of global memory land on 16-byte aligned shared memory. The aligned middle
-// goes by cp.async (bypassing L1), the ragged ends element by element. Complete with cp_async_wait_all + barrier.
+// goes by cp.async (bypassing L1), the ragged ends element by element. Complete with cp_async_wait<0> + barrier.
 template <typename scalar_t>
 __device__ __forceinline__ int stage_range(scalar_t* __restrict__ dst, const scalar_t* __restrict__ src,
                                            int64_t start, int len) {
@@ -72,10 +73,9 @@ __device__ __forceinline__ int stage_range(scalar_t* __restrict__ dst, const sca
   for (int i = tail_begin + threadIdx.x; i < len; i += kThreads) dst[off + i] = base[i];
   for (int v = threadIdx.x; v < vectors; v += kThreads) {
     const int e = head + v * V;
-    const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(dst + off + e));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(base + e) : "memory");
+    cp_async_zfill<16>(dst + off + e, base + e, /*valid=*/true);
   }
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
+  cp_async_commit();
   return off;
 }
 
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kThreads) depthwise_planes_kernel(const Planes
   const int64_t in_plane = int64_t{p.g.in_h} * p.g.in_w;
   const int off = stage_range(staged, p.input, q0 * in_plane + int64_t{iy_lo} * p.g.in_w,
                               nq * staged_rows * p.g.in_w);
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  cp_async_wait<0>();
   __syncthreads();
 
   const int row_groups = (rows + kRun - 1) / kRun;

@@ -29,10 +29,6 @@ namespace {
 
 constexpr const char* kOp = "convops::depthwise_separable_conv2d";
 
-std::optional<at::Tensor> contiguous_or_none(const std::optional<at::Tensor>& t) {
-  return t.has_value() && t->defined() ? std::optional<at::Tensor>(t->contiguous()) : std::optional<at::Tensor>();
-}
-
 // The problem's tensors as the fused kernel takes them (contiguous parameters).
 struct Operands {
   at::Tensor input, dw_weight, pw_weight;
@@ -51,14 +47,10 @@ bool fused_kernel(const Operands& o, const at::Tensor& output, const DepthwiseGe
   return ran;
 }
 
-// The mixed path: the convops depthwise kernel into an intermediate in the input's dtype (exactly as the ATen pair
-// stores it), then ATen's 1x1 convolution.
-at::Tensor depthwise_then_aten_pointwise(const at::Tensor& input, const at::Tensor& depthwise_weight,
-                                         const std::optional<at::Tensor>& depthwise_bias,
-                                         const at::Tensor& pointwise_weight,
-                                         const std::optional<at::Tensor>& pointwise_bias, const DepthwiseGeometry& d) {
-  auto mid = empty_output(input, {d.batch, d.out_channels, d.out_h, d.out_w});
-  depthwise_conv2d_into(input, depthwise_weight, depthwise_bias, mid, d, kOp);
+// ATen's 1x1 convolution of the depthwise intermediate, the second stage of the mixed and the ATen paths, its output
+// dense in the input's memory format.
+at::Tensor aten_pointwise(const at::Tensor& mid, const at::Tensor& input, const at::Tensor& pointwise_weight,
+                          const std::optional<at::Tensor>& pointwise_bias) {
   return at::convolution(mid, pointwise_weight, pointwise_bias, {1, 1}, {0, 0}, {1, 1}, false, {0, 0}, 1)
       .contiguous(input.suggest_memory_format());
 }
@@ -80,9 +72,12 @@ at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Te
 
   const Operands o{input, depthwise_weight.contiguous(), pointwise_weight.contiguous(),
                    contiguous_or_none(depthwise_bias), contiguous_or_none(pointwise_bias)};
+  // The mixed path: the convops depthwise kernel into an intermediate in the input's dtype (exactly as the ATen pair
+  // stores it), then ATen's 1x1.
   const auto mixed = [&] {
-    return depthwise_then_aten_pointwise(input, depthwise_weight, depthwise_bias, pointwise_weight, pointwise_bias,
-                                         d);
+    auto mid = empty_output(input, {d.batch, d.out_channels, d.out_h, d.out_w});
+    depthwise_conv2d_into(input, depthwise_weight, depthwise_bias, mid, d, kOp);
+    return aten_pointwise(mid, input, pointwise_weight, pointwise_bias);
   };
   // The convops path: the fused kernel where it applies, the mixed path elsewhere (channels-last inputs, strides,
   // dilations, other paddings and filters, channel counts whose weights do not fit next to its pipeline, fp64).
@@ -97,8 +92,7 @@ at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Te
   const auto aten_path = [&] {
     const auto mid = at::convolution(input, depthwise_weight, depthwise_bias, stride, padding, dilation, false,
                                      {0, 0}, d.in_channels);
-    return at::convolution(mid, pointwise_weight, pointwise_bias, {1, 1}, {0, 0}, {1, 1}, false, {0, 0}, 1)
-        .contiguous(input.suggest_memory_format());
+    return aten_pointwise(mid, input, pointwise_weight, pointwise_bias);
   };
   // Where the fused kernel applies, "auto" times the mixed path against it too (cuda/path_choice.cuh).
   const PathFn mixed_fn = mixed;

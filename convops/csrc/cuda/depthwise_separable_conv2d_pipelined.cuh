@@ -110,19 +110,6 @@ struct Smem {
   __host__ __device__ static size_t align(size_t bytes) { return (bytes + 15) / 16 * 16; }
 };
 
-__device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid) {
-  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 // A pixel tile: image n, output rows [oy0, oy0 + kTileRows), columns [ox0, ox0 + kTileCols).
 struct Tile {
   int64_t n;
@@ -189,7 +176,7 @@ struct Stager {
       const bool valid = ((inside >> s) & 1u) != 0 && c < p.mid_channels;
       const int ci = p.multiplier == 1 ? c : c / p.multiplier;
       const scalar_t* src = valid ? p.input + corner + ci * plane + offset[s] : p.input;
-      cp_async_16(dst + (k * L::kStagedRows + row_of(v)) * L::kStagedPitch + col_of(v), src, valid);
+      cp_async_zfill<16>(dst + (k * L::kStagedRows + row_of(v)) * L::kStagedPitch + col_of(v), src, valid);
     }
   }
 };
@@ -276,11 +263,6 @@ __device__ __forceinline__ void depthwise_run(operand_t<scalar_t, kMath>* __rest
   for (int q = 0; q < kRunLength * static_cast<int>(sizeof(op_t)) / 16; ++q) {
     reinterpret_cast<uint4*>(dst)[q] = reinterpret_cast<const uint4*>(out)[q];
   }
-}
-
-__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
-  hi = tf32_bits_for_split(x);
-  lo = tf32_bits_for_split(x - __uint_as_float(hi));
 }
 
 template <typename half_t>

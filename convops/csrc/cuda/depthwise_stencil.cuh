@@ -1,9 +1,8 @@
-// Device code shared by the depthwise and the depthwise-separable CUDA kernels: the problem description, the
-// staging of a zero-padded input tile into shared memory, and the depthwise tap sum over such a tile.
-//
-// Both kernels work the same way: a CTA copies the input rectangle that its output tile reads (halo and padding
-// included, padding as zeros) from global memory into shared memory once, with coalesced reads and no
-// per-element index division, and then every output reads its taps from shared memory.
+// Device code of the general (tiled) depthwise CUDA kernel in depthwise_conv2d_kernel.cu, which serves layouts and
+// parameters the row-streaming and plane-block kernels do not: the problem description, the staging of a
+// zero-padded input tile into shared memory, and the depthwise tap sum over such a tile. A CTA copies the input
+// rectangle that its output tile reads (halo and padding included, padding as zeros) into shared memory once, with
+// coalesced reads and no per-element index division, and then every output reads its taps from shared memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,7 +36,7 @@ __host__ __device__ inline int input_span(int out_extent, int kernel, int stride
 // converting to the accumulation type and writing zeros outside the image (the convolution's padding). For wide
 // rectangles (the depthwise kernel's 130-column rows): warps take whole rows and lanes walk along them, so reads are
 // coalesced whenever the input's W stride is 1 and no index arithmetic is spent per element. (On an H200 this ran
-// the seed 3x3 problem in 0.83 ms; the per-element RectangleWalk below took 1.06 ms there, being ALU-bound.)
+// the seed 3x3 problem in 0.83 ms; a per-element walk took 1.06 ms there, being ALU-bound.)
 template <typename scalar_t, typename acc_t>
 __device__ __forceinline__ void stage_rows(acc_t* __restrict__ tile, int pitch, const scalar_t* __restrict__ plane,
                                            int64_t stride_h, int64_t stride_w, int in_h, int in_w, int iy0, int ix0,
@@ -56,97 +55,6 @@ __device__ __forceinline__ void stage_rows(acc_t* __restrict__ tile, int pitch, 
   }
 }
 
-// Narrow rectangles of many planes (the separable kernel's 16 channels x 6 rows x 34 columns), where a warp per
-// row would leave most lanes idle, are staged element by element instead:
-//
-// Walks the elements (plane k, row r, column c) of `count` staged rectangles of rows x cols, thread by thread:
-// element e = thread + i * num_threads, with (k, r, c) advanced incrementally so that no division happens per
-// element. Consecutive threads take consecutive columns, so reads are coalesced whenever the input's W stride is 1.
-class RectangleWalk {
- public:
-  __device__ __forceinline__ RectangleWalk(int count, int rows, int cols, int thread, int num_threads)
-      : rows_(rows), cols_(cols), total_(count * rows * cols), e_(thread) {
-    c_ = thread % cols;
-    r_ = thread / cols % rows;
-    k_ = thread / (cols * rows);
-    step_c_ = num_threads % cols;
-    step_r_ = num_threads / cols % rows;
-    step_k_ = num_threads / (cols * rows);
-    step_e_ = num_threads;
-  }
-  __device__ __forceinline__ bool valid() const { return e_ < total_; }
-  __device__ __forceinline__ int plane() const { return k_; }
-  __device__ __forceinline__ int row() const { return r_; }
-  __device__ __forceinline__ int col() const { return c_; }
-  __device__ __forceinline__ void advance() {
-    e_ += step_e_;
-    c_ += step_c_;
-    if (c_ >= cols_) c_ -= cols_, ++r_;
-    r_ += step_r_;
-    if (r_ >= rows_) r_ -= rows_, ++k_;
-    k_ += step_k_;
-  }
-
- private:
-  int rows_, cols_, total_, e_, c_, r_, k_, step_c_, step_r_, step_k_, step_e_;
-};
-
-// Copies rows [iy0, iy0 + rows) x columns [ix0, ix0 + cols) of `count` input planes into consecutive tiles of
-// tile_elems elements (row pitch `pitch`), converting to the accumulation type and writing zeros outside the image
-// (the convolution's padding). plane_of(k) gives plane k's first element, or nullptr to leave tile k unwritten.
-// Each thread issues kBatch independent loads before its first shared-memory store, so that enough bytes are in
-// flight to cover DRAM latency.
-template <typename scalar_t, typename acc_t, typename PlaneOf>
-__device__ __forceinline__ void stage_planes(acc_t* __restrict__ tiles, int tile_elems, int pitch, int count,
-                                             PlaneOf plane_of, int64_t stride_h, int64_t stride_w, int in_h,
-                                             int in_w, int iy0, int ix0, int rows, int cols, int thread,
-                                             int num_threads) {
-  constexpr int kBatch = 8;
-  RectangleWalk walk(count, rows, cols, thread, num_threads);
-  while (walk.valid()) {
-    acc_t value[kBatch];
-    int dst[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const scalar_t* __restrict__ plane = walk.valid() ? plane_of(walk.plane()) : nullptr;
-      const int iy = iy0 + walk.row(), ix = ix0 + walk.col();
-      const bool inside = plane != nullptr && iy >= 0 && iy < in_h && ix >= 0 && ix < in_w;
-      dst[b] = plane != nullptr ? walk.plane() * tile_elems + walk.row() * pitch + walk.col() : -1;
-      value[b] = inside ? static_cast<acc_t>(plane[int64_t{iy} * stride_h + int64_t{ix} * stride_w]) : acc_t(0);
-      walk.advance();
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      if (dst[b] >= 0) tiles[dst[b]] = value[b];
-    }
-  }
-}
-
-// stage_planes for fp32 inputs without waiting: each element is a 4-byte cp.async (zero-filled outside the image),
-// so the copy proceeds while the CTA computes on another buffer. Complete with cp_async_wait_all() and a barrier.
-template <typename PlaneOf>
-__device__ __forceinline__ void stage_planes_async(float* __restrict__ tiles, int tile_elems, int pitch, int count,
-                                                   PlaneOf plane_of, int64_t stride_h, int64_t stride_w, int in_h,
-                                                   int in_w, int iy0, int ix0, int rows, int cols, int thread,
-                                                   int num_threads) {
-  for (RectangleWalk walk(count, rows, cols, thread, num_threads); walk.valid(); walk.advance()) {
-    const float* __restrict__ plane = plane_of(walk.plane());
-    if (plane == nullptr) continue;
-    const int iy = iy0 + walk.row(), ix = ix0 + walk.col();
-    const bool inside = iy >= 0 && iy < in_h && ix >= 0 && ix < in_w;
-    const float* src = inside ? plane + int64_t{iy} * stride_h + int64_t{ix} * stride_w : plane;
-    const auto dst = static_cast<uint32_t>(
-        __cvta_generic_to_shared(tiles + walk.plane() * tile_elems + walk.row() * pitch + walk.col()));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(inside ? 4 : 0)
-                 : "memory");
-  }
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
 // Kernel extent and step along one dimension: compile-time when the kernel is specialised (KH, KW > 0 imply
 // stride 1 and dilation 1), read from the geometry otherwise.
 template <int KH, int KW>
@@ -163,7 +71,8 @@ struct Taps {
 // The depthwise stencil: `init` (the bias) plus the kernel window of one output whose top-left tap sits at `origin`
 // in a staged tile; weights is the channel's (kh, kw) filter, row-major. The taps are accumulated in ATen's order
 // (bias first, then row by row, one fused multiply-add each), so fp32 results are bitwise those of PyTorch's own
-// depthwise kernel; the separable kernel relies on that to round the same intermediate to TF32 as eager does.
+// depthwise kernel, as the row-streaming and plane-block kernels are too (the separable op's mixed path feeds that
+// intermediate to ATen's 1x1 and relies on it being eager's).
 template <int KH, int KW, typename acc_t>
 __device__ __forceinline__ acc_t tap_sum(acc_t init, const acc_t* __restrict__ origin, int pitch,
                                          const acc_t* __restrict__ weights, const Geometry& g) {

@@ -42,6 +42,43 @@ __device__ __forceinline__ uint32_t tf32_bits_for_split(float x) {
   return r;
 }
 
+// x = hi + lo in two TF32 parts, for 3xTF32 products (hi*hi + hi*lo + lo*hi) that keep fp32 accuracy.
+__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+  hi = tf32_bits_for_split(x);
+  lo = tf32_bits_for_split(x - __uint_as_float(hi));
+}
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Asynchronous global -> shared copy of Bytes (4, 8 or 16; 16 bypasses L1); valid == false writes zeros and reads
+// nothing. Group the copies with cp_async_commit and wait for all but the Pending youngest groups with
+// cp_async_wait<Pending>, then __syncthreads before other threads read what they brought in. The "memory" clobbers
+// keep the compiler from moving shared-memory accesses across these instructions.
+template <int Bytes>
+__device__ __forceinline__ void cp_async_zfill(void* dst, const void* src, bool valid) {
+  const int src_bytes = valid ? Bytes : 0;
+  if constexpr (Bytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_address(dst)), "l"(src), "n"(Bytes),
+                 "r"(src_bytes)
+                 : "memory");
+  }
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int Pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
 // D += A * B on one warp, m16n8k8, TF32 operands, fp32 accumulators (PTX ISA "mma.sync ... .tf32").
 // Fragment layouts (g = lane / 4, t = lane % 4):
 //   a[0]=(g, t) a[1]=(g+8, t) a[2]=(g, t+4) a[3]=(g+8, t+4)   -- A is 16x8, row-major (row, k)

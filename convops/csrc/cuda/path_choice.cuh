@@ -1,5 +1,6 @@
-// The CUDA side of the path choice (path_choice.h): run the op's own kernel or the ATen composition it replaces,
-// under the policy; under "auto", time both once per problem and keep the faster.
+// The CUDA side of the path choice (path_choice.h): run the op's own kernel or the ATen composition it replaces (or,
+// where an op offers one, its mixed path), under the policy; under "auto", time each once per problem and keep the
+// fastest.
 //
 //   return run_chosen_path(problem_key(kOp, input, weight, bias, stride, padding, dilation),
 //                          [&] { return kernel(...); }, [&] { return aten(...); });
