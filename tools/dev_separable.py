@@ -103,13 +103,19 @@ def bench() -> None:
             row = [name, mode, t_eager]
             row.append(bench_ms(rotating(lambda x: op(x, dw, db, pw, pb, 1), xs)))  # the fused kernel (forced)
             row.append(bench_ms(rotating(lambda x: mixed(x, dw, db, pw, pb, 1), xs)))
+            with convops.forced_path("auto"):  # the op as users get it: fused, mixed (dw + GEMM) or ATen
+                convops.clear_path_choices()
+                op(x, dw, db, pw, pb, 1)
+                row.append(bench_ms(rotating(lambda x: op(x, dw, db, pw, pb, 1), xs)))
+                row.append(convops.path_choices()[-1].path)
+                err_auto = (op(x, dw, db, pw, pb, 1).float() - eager(x, dw, db, pw, pb, 1).float()).abs().max()
             err = (op(x, dw, db, pw, pb, 1).float() - eager(x, dw, db, pw, pb, 1).float()).abs().max().item()
-            row += [(in_bytes + out_bytes) / 4.25e12 * 1e3, f"{err:.2g}"]
+            row += [(in_bytes + out_bytes) / 4.25e12 * 1e3, f"{err:.2g}", f"{err_auto.item():.2g}"]
             rows.append(row)
             del xs
     torch.backends.cudnn.allow_tf32 = True
-    print(tabulate(rows, headers=["layer", "mode", "eager", "fused kernel", "convops dw + ATen 1x1",
-                                  "mem floor", "max err"]))
+    print(tabulate(rows, headers=["layer", "mode", "eager", "fused kernel", "convops dw + ATen 1x1", "op (auto)",
+                                  "auto path", "mem floor", "max err fused", "max err auto"]))
 
 
 def sanitize() -> None:

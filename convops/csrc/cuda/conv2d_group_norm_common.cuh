@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "cuda/device_utils.cuh"
+
 namespace convops {
 namespace cuda {
 namespace gn_pool {
@@ -19,6 +21,10 @@ constexpr int kTileM = 128;
 constexpr int kTileN = 64;
 constexpr int kWarpM = 32, kWarpN = 32;
 constexpr int kEpilogueLd = kTileM + 4;  // row pitch (floats) of the [channel][pixel] epilogue tile: conflict-free
+constexpr int kPixelWarps = kTileM / kWarpM;  // warps that share a channel, each with 32 of the tile's pixels
+// Floats of the per-channel vectors after the epilogue tile: sign, conv bias, tile mean, tile M2, and per pixel
+// warp a mean and an M2 per channel plus its pixel count.
+constexpr int kSmallFloats = 4 * kTileN + 2 * kPixelWarps * kTileN + kPixelWarps;
 
 // How the convolution multiplies: 3xTF32 (each fp32 operand split into a TF32 high part and a TF32 remainder:
 // fp32-level accuracy on tensor cores), bf16 / fp16 tensor cores for half-precision inputs, or plain TF32 (operands
@@ -49,6 +55,14 @@ struct ConvPoolParams {
   int smem_koff, smem_patch, smem_small;  // offsets in floats (weights at 0; the epilogue tile reuses the patch)
   bool channels_fastest;  // input is channels_last: load the patch with the channel index varying fastest
   bool atomic_pool;       // pool windows straddle tiles: combine window pieces with atomicMax
+  // Divisors of the per-tile index arithmetic (see FastDivmod): patch rows, chunk channels, patch columns; the
+  // weight chunk's k, taps, filter columns; the pool-window grid a tile meets (at most tile_windows_h x
+  // tile_windows_w windows), and its width.
+  FastDivmod patch_h_div, chunk_channels_div, patch_w_div;
+  FastDivmod k_chunk_div, taps_div, kernel_w_div;
+  FastDivmod tile_windows_div, tile_windows_w_div;
+  FastDivmod tile_w_div;    // tile pixel -> (row, column)
+  FastDivmod pooled_w_div;  // kernel 2: output columns
   // Outputs of kernel 1.
   uint32_t* extremum;     // (N, C_out, pooled_h, pooled_w): encoded max over the window of sign_c * conv, or its
                           // sign classes where sign_c = 0

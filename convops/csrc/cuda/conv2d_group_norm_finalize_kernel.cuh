@@ -78,7 +78,9 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams
       }
       if (p.has_lo) z = z < p.lo ? p.lo : z;
       if (p.has_hi) z = z > p.hi ? p.hi : z;
-      out_c[(i / p.pooled_w) * p.out_stride[2] + (i % p.pooled_w) * p.out_stride[3]] = static_cast<T>(z);
+      int row;
+      const int col = p.pooled_w_div.divmod(i, row);
+      out_c[row * p.out_stride[2] + col * p.out_stride[3]] = static_cast<T>(z);
     }
   }
 }

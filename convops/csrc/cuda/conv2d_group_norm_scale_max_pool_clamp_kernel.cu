@@ -89,7 +89,7 @@ int layout_smem(const ConvGnPoolGeometry& g, int chunk_channels, int k_step, Con
   p.smem_koff = kTileN * p.weight_ld;
   p.smem_patch = (p.smem_koff + p.k_chunk_padded + 3) / 4 * 4;
   p.smem_small = p.smem_patch + std::max(static_cast<int>(patch), kTileN * kEpilogueLd);
-  const int64_t bytes = (static_cast<int64_t>(p.smem_small) + 4 * kTileN) * 4;
+  const int64_t bytes = (static_cast<int64_t>(p.smem_small) + cuda::gn_pool::kSmallFloats) * 4;
   return static_cast<int>(std::min<int64_t>(bytes, INT32_MAX));
 }
 
@@ -99,6 +99,28 @@ int choose_chunk(const ConvGnPoolGeometry& g, int k_step, ConvPoolParams& p) {
   while (chunk > 1 && layout_smem(g, chunk, k_step, p) > kTargetSmemBytes) chunk = (chunk + 1) / 2;
   const int bytes = layout_smem(g, chunk, k_step, p);
   return bytes <= kMaxSmemBytes ? bytes : 0;
+}
+
+// The divisors of the tile kernel's index arithmetic (ConvPoolParams), once the tile and the chunk are chosen.
+void set_divisors(ConvPoolParams& p) {
+  using cuda::FastDivmod;
+  p.patch_h_div = FastDivmod(p.patch_h);
+  p.chunk_channels_div = FastDivmod(p.chunk_channels);
+  p.patch_w_div = FastDivmod(p.patch_w);
+  p.k_chunk_div = FastDivmod(p.k_chunk);
+  p.taps_div = FastDivmod(p.kernel_h * p.kernel_w);
+  p.kernel_w_div = FastDivmod(p.kernel_w);
+  // A tile of tile_h rows meets tile_h / pool_h windows of a column when windows do not straddle tiles, and at most
+  // (tile_h - 1) / pool_h + 2 when they do (also when a window is taller than the tile); the same across.
+  const auto windows_met = [&](int tile, int pool, int pooled) {
+    return std::min(p.atomic_pool ? (tile - 1) / pool + 2 : tile / pool, pooled);
+  };
+  const int windows_h = windows_met(p.tile_h, p.pool_h, p.pooled_h);
+  const int windows_w = windows_met(p.tile_w, p.pool_w, p.pooled_w);
+  p.tile_windows_w_div = FastDivmod(std::max(windows_w, 1));
+  p.tile_windows_div = FastDivmod(std::max(windows_h * windows_w, 1));
+  p.pooled_w_div = FastDivmod(std::max(p.pooled_w, 1));
+  p.tile_w_div = FastDivmod(p.tile_w);
 }
 
 // The kernels index in int where a value is bounded by these (64-bit only where offsets reach tensors): image
@@ -189,6 +211,7 @@ void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::opt
   p.num_groups = static_cast<int>(g.num_groups);
   p.scale_per_channel = g.scale_per_channel;
   p.channels_fastest = input.stride(1) == 1 && p.chunk_channels > 1;
+  set_divisors(p);
   p.extremum = reinterpret_cast<uint32_t*>(extremum.data_ptr<int32_t>());
   p.partials = reinterpret_cast<float4*>(partials.data_ptr<float>());
   p.output = out.data_ptr();

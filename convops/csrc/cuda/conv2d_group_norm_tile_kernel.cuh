@@ -126,71 +126,57 @@ __device__ __forceinline__ void mma_k_step(float (&acc)[2][4][4], const float* p
 }
 
 // Global -> shared copy of one main-loop chunk of the input patch (channels c0.., rows ih0.., cols iw0.., zero
-// outside the image). NCHW-like inputs: warps take 32-column pieces of patch rows, lanes along the row (coalesced);
-// channels_last inputs: the flat index with the channel varying fastest, which is their contiguous order.
-template <typename T, MmaMode kMode>
+// outside the image), over the flat index of its elements: NCHW-like inputs with the column varying fastest (lanes
+// along input rows, coalesced, and no lane idles on a row's last few columns), channels_last inputs with the
+// channel fastest, which is their contiguous order. Eight loads are issued before any store (the stores to shared
+// memory would otherwise order every load after the previous store).
+template <typename T, MmaMode kMode, bool kChannelsFastest>
 __device__ __forceinline__ void load_patch(const ConvPoolParams& p, float* patch, int64_t in_base, int c0, int ih0,
                                            int iw0, int tid) {
   const int plane = p.patch_h * p.patch_w, size = p.chunk_channels * plane;
-  if (!p.channels_fastest) {
-    // Work unit: 32 consecutive columns of one patch row. Eight units' loads are issued before any store (the
-    // stores to shared memory would otherwise order every load after the previous store).
-    const int lane = tid & 31, warp = tid >> 5;
-    const int chunks = (p.patch_w + 31) / 32, units = p.chunk_channels * p.patch_h * chunks;
-    constexpr int kBatch = 8, kWarps = kThreads / 32;
-    for (int base = warp; base < units; base += kBatch * kWarps) {
-      float v[kBatch];
-      int dst[kBatch];
+  constexpr int kBatch = 8;
+  for (int base = tid; base < size; base += kBatch * kThreads) {
+    float v[kBatch];
+    int dst[kBatch];
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int unit = base + j * kWarps;
-        const int row = unit / chunks, c = (unit % chunks) * 32 + lane;
-        const int ci = row / p.patch_h, r = row % p.patch_h;
-        const int ih = ih0 + r, iw = iw0 + c, cg = c0 + ci;
-        dst[j] = unit < units && c < p.patch_w ? ci * plane + r * p.patch_w + c : -1;
-        v[j] = 0.f;
-        if (dst[j] >= 0 && cg < p.in_channels && ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w) {
-          v[j] = load_float<T>(p.input, in_base + cg * p.in_stride[1] + ih * p.in_stride[2] + iw * p.in_stride[3]);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j)
-        if (dst[j] >= 0) patch[dst[j]] = stage_operand<kMode>(v[j]);
-    }
-    return;
-  }
-  for (int base = tid; base < size; base += 4 * kThreads) {
-    float v[4];
-    int dst[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {  // four loads in flight before their stores
+    for (int j = 0; j < kBatch; ++j) {
       const int i = base + j * kThreads;
-      const int ci = i % p.chunk_channels, rc = i / p.chunk_channels;
-      const int r = rc / p.patch_w, c = rc % p.patch_w;
+      int ci, r, c;
+      if constexpr (kChannelsFastest) {
+        int rc;
+        ci = p.chunk_channels_div.divmod(i, rc);
+        c = p.patch_w_div.divmod(rc, r);
+        dst[j] = ci * plane + rc;
+      } else {
+        int rest;
+        c = p.patch_w_div.divmod(i, rest);
+        r = p.patch_h_div.divmod(rest, ci);
+        dst[j] = i;
+      }
       const int ih = ih0 + r, iw = iw0 + c, cg = c0 + ci;
-      dst[j] = i < size ? ci * plane + rc : -1;
       v[j] = 0.f;
       if (i < size && cg < p.in_channels && ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w) {
         v[j] = load_float<T>(p.input, in_base + cg * p.in_stride[1] + ih * p.in_stride[2] + iw * p.in_stride[3]);
       }
     }
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      if (dst[j] >= 0) patch[dst[j]] = stage_operand<kMode>(v[j]);
+    for (int j = 0; j < kBatch; ++j)
+      if (base + j * kThreads < size) patch[dst[j]] = stage_operand<kMode>(v[j]);
   }
 }
 
 // Weights of output channels co0.. and input channels c0.. as the [channel][k] B operand.
 template <typename T, MmaMode kMode>
 __device__ __forceinline__ void load_weights(const ConvPoolParams& p, float* wts, int co0, int c0, int tid) {
-  const int taps = p.kernel_h * p.kernel_w;
   for (int i = tid; i < kTileN * p.k_chunk; i += kThreads) {
-    const int nn = i / p.k_chunk, k = i % p.k_chunk;
-    const int co = co0 + nn, cg = c0 + k / taps, r = k % taps;
+    int nn, ck, ky;
+    const int k = p.k_chunk_div.divmod(i, nn);
+    const int r = p.taps_div.divmod(k, ck);
+    const int kx = p.kernel_w_div.divmod(r, ky);
+    const int co = co0 + nn, cg = c0 + ck;
     float v = 0.f;
     if (co < p.out_channels && cg < p.in_channels) {
-      v = load_float<T>(p.weight, co * p.w_stride[0] + cg * p.w_stride[1] + (r / p.kernel_w) * p.w_stride[2] +
-                                      (r % p.kernel_w) * p.w_stride[3]);
+      v = load_float<T>(p.weight, co * p.w_stride[0] + cg * p.w_stride[1] + ky * p.w_stride[2] + kx * p.w_stride[3]);
     }
     wts[nn * p.weight_ld + k] = stage_operand<kMode>(v);
   }
@@ -209,6 +195,9 @@ __global__ void __launch_bounds__(kThreads, 3) conv_pool_stats_kernel(const Conv
   float* s_bias = s_sign + kTileN;
   float* s_mean = s_bias + kTileN;
   float* s_m2 = s_mean + kTileN;
+  float* s_warp_mean = s_m2 + kTileN;                         // [kPixelWarps][kTileN]
+  float* s_warp_m2 = s_warp_mean + kPixelWarps * kTileN;      // [kPixelWarps][kTileN]
+  float* s_warp_count = s_warp_m2 + kPixelWarps * kTileN;     // [kPixelWarps]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -261,7 +250,11 @@ __global__ void __launch_bounds__(kThreads, 3) conv_pool_stats_kernel(const Conv
     float acc[2][4][4] = {};
     for (int c0 = 0; c0 < p.in_channels; c0 += p.chunk_channels) {
       __syncthreads();  // the previous chunk's MMAs (or the previous item's epilogue) are done with the buffers
-      load_patch<T, kMode>(p, patch, in_base, c0, ih0, iw0, tid);
+      if (p.channels_fastest) {
+        load_patch<T, kMode, true>(p, patch, in_base, c0, ih0, iw0, tid);
+      } else {
+        load_patch<T, kMode, false>(p, patch, in_base, c0, ih0, iw0, tid);
+      }
       if (p.k_chunk_padded > p.k_chunk) {  // the zero plane (the epilogue tile overwrote it)
         for (int i = tid; i < patch_plane; i += kThreads) patch[patch_size + i] = 0.f;
       }
@@ -274,7 +267,74 @@ __global__ void __launch_bounds__(kThreads, 3) conv_pool_stats_kernel(const Conv
     }
     __syncthreads();  // all warps are done reading the patch before the tile overwrites it
 
-    // Accumulators (+ conv bias) to the [channel][pixel] tile. Fragment: d[0]=(g,2t) d[1]=(g,2t+1) d[2]=(g+8,2t)..
+    const int rows = min(p.tile_h, p.conv_h - oh0), cols = min(p.tile_w, p.conv_w - ow0);
+    const int pixels = rows * cols;
+
+    // Conv bias into the accumulators. Fragment: d[0]=(g,2t) d[1]=(g,2t+1) d[2]=(g+8,2t) d[3]=(g+8,2t+1).
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const float b = s_bias[warp_n * kWarpN + ni * 8 + 2 * t + q];
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          acc[mi][ni][q] += b;
+          acc[mi][ni][q + 2] += b;
+        }
+      }
+
+    // Per-channel moments of this warp's 32 pixels, from the registers: which of this thread's four pixels lie in
+    // the conv output (edge tiles hold some that do not), then two passes (the exact mean first, so a mean far
+    // larger than the spread costs no precision), each reduced over the 8 lanes (g) that share a channel. The
+    // tile's four pixel warps are merged below (Chan).
+    bool inside[2][2];
+    int warp_pixels = 0;
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = warp_m * kWarpM + mi * 16 + h * 8 + g;
+        int r;
+        const int c = p.tile_w_div.divmod(m, r);
+        inside[mi][h] = m < tile_pixels && r < rows && c < cols;
+        warp_pixels += __popc(__ballot_sync(0xffffffffu, inside[mi][h]));
+      }
+    warp_pixels /= 4;  // each pixel sits in the four lanes t = 0..3
+    // One division a tile; the mean's last-bit rounding does not reach the M2 of deviations from it.
+    const float inv_pixels = warp_pixels > 0 ? 1.f / static_cast<float>(warp_pixels) : 0.f;
+    const auto reduce_over_g = [](float v) {
+      v += __shfl_xor_sync(0xffffffffu, v, 4);
+      v += __shfl_xor_sync(0xffffffffu, v, 8);
+      return v + __shfl_xor_sync(0xffffffffu, v, 16);
+    };
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        float sum = 0.f;
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) sum += inside[mi][h] ? acc[mi][ni][2 * h + q] : 0.f;
+        const float mean = reduce_over_g(sum) * inv_pixels;
+        float m2 = 0.f;
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float d = acc[mi][ni][2 * h + q] - mean;
+            m2 += inside[mi][h] ? d * d : 0.f;
+          }
+        m2 = reduce_over_g(m2);
+        if (g == 0) {
+          const int ch = warp_n * kWarpN + ni * 8 + 2 * t + q;
+          s_warp_mean[warp_m * kTileN + ch] = mean;
+          s_warp_m2[warp_m * kTileN + ch] = m2;
+        }
+      }
+    if (lane == 0 && warp_n == 0) s_warp_count[warp_m] = static_cast<float>(warp_pixels);
+
+    // Accumulators to the [channel][pixel] tile, for the pooling.
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
@@ -283,59 +343,50 @@ __global__ void __launch_bounds__(kThreads, 3) conv_pool_stats_kernel(const Conv
         for (int r = 0; r < 4; ++r) {
           const int m = warp_m * kWarpM + mi * 16 + g + (r >> 1) * 8;
           const int ch = warp_n * kWarpN + ni * 8 + 2 * t + (r & 1);
-          tile[ch * kEpilogueLd + m] = acc[mi][ni][r] + s_bias[ch];
+          tile[ch * kEpilogueLd + m] = acc[mi][ni][r];
         }
     __syncthreads();
 
-    const int rows = min(p.tile_h, p.conv_h - oh0), cols = min(p.tile_w, p.conv_w - ow0);
-    const int pixels = rows * cols;
-
-    // Per-channel two-pass moments of the tile, one warp per channel at a time, lanes along the tile's columns
-    // (tile_w <= 32). The first pass sums offsets from the tile's first value, so a mean far larger than the
-    // spread costs no precision there either.
-    for (int ch = warp; ch < channels; ch += kThreads / 32) {
-      const float* plane = tile + ch * kEpilogueLd;
-      const float shift = plane[0];
-      float sum = 0.f;
-      if (lane < cols)
-        for (int r = 0; r < rows; ++r) sum += plane[r * p.tile_w + lane] - shift;
+    // The tile's moments per channel: its pixel warps' merged (read by the group step after the next barrier).
+    for (int ch = tid; ch < channels; ch += kThreads) {
+      Moments mom{0.f, 0.f, 0.f};
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      const float mean = shift + sum / static_cast<float>(pixels);
-      float m2 = 0.f;
-      if (lane < cols)
-        for (int r = 0; r < rows; ++r) {
-          const float d = plane[r * p.tile_w + lane] - mean;
-          m2 += d * d;
-        }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) m2 += __shfl_xor_sync(0xffffffffu, m2, o);
-      if (lane == 0) {
-        s_mean[ch] = mean;
-        s_m2[ch] = m2;
+      for (int w = 0; w < kPixelWarps; ++w) {
+        mom.merge(s_warp_count[w], s_warp_mean[w * kTileN + ch], s_warp_m2[w * kTileN + ch]);
       }
+      s_mean[ch] = mom.mean;
+      s_m2[ch] = mom.m2;
     }
 
     // Pool windows (or, when windows straddle tiles, window pieces) that intersect this tile.
     const int pr0 = oh0 / p.pool_h, pr1 = min((oh0 + rows - 1) / p.pool_h, p.pooled_h - 1);
     const int pc0 = ow0 / p.pool_w, pc1 = min((ow0 + cols - 1) / p.pool_w, p.pooled_w - 1);
     if (pr0 <= pr1 && pc0 <= pc1) {
-      const int wr = pr1 - pr0 + 1, wc = pc1 - pc0 + 1, windows = wr * wc;
+      // Items (channel, window) over the largest window grid a tile can meet; edge tiles skip what they lack.
+      const int windows = static_cast<int>(p.tile_windows_div.divisor);
       for (int i = tid; i < channels * windows; i += kThreads) {
-        const int ch = i / windows, pr = pr0 + (i % windows) / wc, pc = pc0 + i % wc;
+        int ch, wr;
+        const int wc = p.tile_windows_w_div.divmod(p.tile_windows_div.divmod(i, ch), wr);
+        const int pr = pr0 + wr, pc = pc0 + wc;
+        if (pr > pr1 || pc > pc1) continue;
         const int r_lo = max(pr * p.pool_h, oh0) - oh0, r_hi = min((pr + 1) * p.pool_h, oh0 + rows) - oh0;
         const int c_lo = max(pc * p.pool_w, ow0) - ow0, c_hi = min((pc + 1) * p.pool_w, ow0 + cols) - ow0;
         const float sign = s_sign[ch];
         const float* plane = tile + ch * kEpilogueLd;
         uint32_t code = 0;
         if (sign != 0.f) {
-          float best = -INFINITY;
+          // max of sign * x is max x or -(min x); a NaN anywhere in the window wins, as in max_pool2d. Three
+          // instructions an element (min, max, NaN test) where the sign-multiply-compare-select took five.
+          float hi = -INFINITY, lo = INFINITY;
+          bool nan = false;
           for (int r = r_lo; r < r_hi; ++r)
             for (int c = c_lo; c < c_hi; ++c) {
-              const float v = sign * plane[r * p.tile_w + c];
-              best = (v > best || v != v) ? v : best;
+              const float v = plane[r * p.tile_w + c];
+              hi = fmaxf(hi, v);
+              lo = fminf(lo, v);
+              nan |= v != v;
             }
-          code = encode_ordered(best);
+          code = nan ? encode_ordered(NAN) : encode_ordered(sign > 0.f ? hi : -lo);
         } else {  // infinite gamma (see affine_sign)
           for (int r = r_lo; r < r_hi; ++r)
             for (int c = c_lo; c < c_hi; ++c) code |= sign_classes(plane[r * p.tile_w + c]);

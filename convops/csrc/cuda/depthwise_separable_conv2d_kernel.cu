@@ -2,7 +2,8 @@
 // runs one of:
 //   - the fused kernel (depthwise_separable_conv2d_pipelined.cuh: the depthwise intermediate stays in shared memory,
 //     the 1x1 runs on tensor cores), for the problems it covers; elsewhere the "convops" path is the mixed one;
-//   - "mixed": the convops depthwise kernel, then ATen's 1x1 convolution;
+//   - "mixed": the convops depthwise kernel, then the 1x1 as a cuBLAS GEMM (or ATen's 1x1 convolution, see
+//     pointwise_as_gemm);
 //   - "aten": ATen's two convolutions.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -47,12 +48,52 @@ bool fused_kernel(const Operands& o, const at::Tensor& output, const DepthwiseGe
   return ran;
 }
 
-// ATen's 1x1 convolution of the depthwise intermediate, the second stage of the mixed and the ATen paths, its output
-// dense in the input's memory format.
+// ATen's 1x1 convolution of the depthwise intermediate, the second stage of the ATen path, its output dense in the
+// input's memory format.
 at::Tensor aten_pointwise(const at::Tensor& mid, const at::Tensor& input, const at::Tensor& pointwise_weight,
                           const std::optional<at::Tensor>& pointwise_bias) {
   return at::convolution(mid, pointwise_weight, pointwise_bias, {1, 1}, {0, 0}, {1, 1}, false, {0, 0}, 1)
       .contiguous(input.suggest_memory_format());
+}
+
+// Whether cuBLAS computes a 1x1 convolution of this dtype exactly as cuDNN's convolution would under the current
+// precision flags: 16-bit types always (fp32 accumulation in both); fp32 when neither library may use TF32 (nor
+// cuBLAS bf16, float32_matmul_precision "medium"). In TF32 mode the two tie on speed, so the flags of the two
+// libraries need not be reconciled there.
+bool gemm_matches_convolution(at::ScalarType dtype) {
+  if (dtype == at::kHalf || dtype == at::kBFloat16) return true;
+  auto& context = at::globalContext();
+  return dtype == at::kFloat && !context.allowTF32CuDNN(at::Float32Op::CONV) && !context.allowTF32CuBLAS() &&
+         context.float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST;
+}
+
+// The 1x1 of the mixed path. A 1x1 convolution is a GEMM: per image W (C_out x C) times the C x HW intermediate in
+// NCHW, or one (N HW x C) times W^T in channels-last. cuBLAS runs that GEMM well where cuDNN's 1x1 does not
+// (H200, seed 16x64x512x512 -> 128, tools/probe/pointwise_gemm.py, 2026-11-26: bf16 0.446 ms against 1.845, floor
+// 0.380; strict fp32 1.98 against 2.45; TF32 0.840 against 0.842), with outputs equal to cuDNN's to the bit in every
+// probed shape. ATen's convolution elsewhere: other dtypes or precision flags, and GEMM extents past int.
+at::Tensor pointwise_as_gemm(const at::Tensor& mid, const at::Tensor& input, const at::Tensor& pointwise_weight,
+                             const std::optional<at::Tensor>& pointwise_bias) {
+  const int64_t n = mid.size(0), c = mid.size(1), h = mid.size(2), w = mid.size(3);
+  const int64_t c_out = pointwise_weight.size(0);
+  const bool nchw = mid.is_contiguous();
+  const bool nhwc = !nchw && mid.is_contiguous(at::MemoryFormat::ChannelsLast);
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  const int64_t rows = nchw ? h * w : n * h * w;
+  if (!gemm_matches_convolution(mid.scalar_type()) || !(nchw || nhwc) || rows >= kIntMax || c >= kIntMax ||
+      c_out >= kIntMax) {
+    return aten_pointwise(mid, input, pointwise_weight, pointwise_bias);
+  }
+  const at::Tensor weight = pointwise_weight.reshape({c_out, c});
+  const bool has_bias = pointwise_bias.has_value() && pointwise_bias->defined();
+  if (nchw) {
+    at::Tensor out = at::matmul(weight, mid.view({n, c, h * w}));  // (N, C_out, HW): NCHW
+    if (has_bias) out.add_(pointwise_bias->view({1, c_out, 1}));
+    return out.view({n, c_out, h, w});
+  }
+  const at::Tensor mid_rows = mid.permute({0, 2, 3, 1}).view({rows, c});
+  const at::Tensor out = has_bias ? at::addmm(*pointwise_bias, mid_rows, weight.t()) : at::mm(mid_rows, weight.t());
+  return out.view({n, h, w, c_out}).permute({0, 3, 1, 2});  // channels-last
 }
 
 at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Tensor& depthwise_weight,
@@ -73,11 +114,11 @@ at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Te
   const Operands o{input, depthwise_weight.contiguous(), pointwise_weight.contiguous(),
                    contiguous_or_none(depthwise_bias), contiguous_or_none(pointwise_bias)};
   // The mixed path: the convops depthwise kernel into an intermediate in the input's dtype (exactly as the ATen pair
-  // stores it), then ATen's 1x1.
+  // stores it), then the 1x1 as a GEMM.
   const auto mixed = [&] {
     auto mid = empty_output(input, {d.batch, d.out_channels, d.out_h, d.out_w});
     depthwise_conv2d_into(input, depthwise_weight, depthwise_bias, mid, d, kOp);
-    return aten_pointwise(mid, input, pointwise_weight, pointwise_bias);
+    return pointwise_as_gemm(mid, input, pointwise_weight, pointwise_bias);
   };
   // The convops path: the fused kernel where it applies, the mixed path elsewhere (channels-last inputs, strides,
   // dilations, other paddings and filters, channel counts whose weights do not fit next to its pipeline, fp64).

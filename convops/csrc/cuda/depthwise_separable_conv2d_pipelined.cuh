@@ -84,7 +84,7 @@ struct Params {
   const scalar_t* __restrict__ pw_bias;  // nullptr: none
   scalar_t* __restrict__ output;
   int in_channels, multiplier, mid_channels, out_channels;
-  int in_h, in_w, out_h, out_w, pad_h, pad_w;
+  int in_h, in_w, out_h, out_w, pad_h;  // pad_w is (KW - 1) / 2 (launch_separable_pipelined takes no other)
   int tiles_x, tiles_y;
   int64_t tiles;   // pixel tiles over the whole batch
   int chunks;      // ceil(mid_channels / kChunk)
@@ -576,7 +576,6 @@ bool launch_separable_pipelined(const at::Tensor& input, const at::Tensor& dw_we
     p.out_h = static_cast<int>(d.out_h);
     p.out_w = static_cast<int>(d.out_w);
     p.pad_h = static_cast<int>(d.pad_h);
-    p.pad_w = static_cast<int>(d.pad_w);
     p.tiles_x = static_cast<int>((d.out_w + kTileCols - 1) / kTileCols);
     p.tiles_y = static_cast<int>((d.out_h + kTileRows - 1) / kTileRows);
     p.tiles = d.batch * p.tiles_x * p.tiles_y;

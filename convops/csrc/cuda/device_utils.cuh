@@ -13,6 +13,34 @@ __host__ __device__ __forceinline__ T ceil_div(T a, T b) {
   return (a + b - 1) / b;
 }
 
+// Division of non-negative ints (< 2^31) by a divisor fixed at launch, as a multiply-high, an add and a shift
+// instead of the ~20-instruction integer division (Granlund & Montgomery, "Division by invariant integers using
+// multiplication", 1994): for d >= 1, shift = ceil(log2 d) and multiplier = floor(2^32 (2^shift - d) / d) + 1 give
+// n / d = (umulhi(n, multiplier) + n) >> shift; the sum stays below 2^32 because n < 2^31. Built on the host and
+// passed in kernel parameters; index arithmetic in loops that run per tile uses it.
+struct FastDivmod {
+  uint32_t divisor = 1, multiplier = 1, shift = 0;
+
+  FastDivmod() = default;
+  __host__ explicit FastDivmod(int d) : divisor(static_cast<uint32_t>(d)) {
+    while ((uint64_t{1} << shift) < divisor) ++shift;
+    multiplier = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor)) / divisor + 1);
+  }
+  __host__ __device__ __forceinline__ int div(int n) const {
+#ifdef __CUDA_ARCH__
+    const uint32_t high = __umulhi(static_cast<uint32_t>(n), multiplier);
+#else
+    const uint32_t high = static_cast<uint32_t>((uint64_t{static_cast<uint32_t>(n)} * multiplier) >> 32);
+#endif
+    return static_cast<int>((high + static_cast<uint32_t>(n)) >> shift);
+  }
+  // quotient = n / divisor, returns n % divisor.
+  __host__ __device__ __forceinline__ int divmod(int n, int& quotient) const {
+    quotient = div(n);
+    return n - quotient * static_cast<int>(divisor);
+  }
+};
+
 // fp32 -> tf32, rounded to nearest with ties to even, as the GEMM kernels behind PyTorch's TF32 convolutions round
 // their operands on Hopper (cuBLAS for 1x1 convolutions, cuDNN's sm90 dgrad kernels for transposed ones; measured
 // with tools/probe/tf32_single_product.py and tf32_ties.py). One fp32 value in 8192 is a tie, so the rule shows at
@@ -34,18 +62,13 @@ __device__ __forceinline__ float round_tf32(float x) {
   return __uint_as_float(tf32_bits(x));
 }
 
-// fp32 -> tf32 rounded to nearest with ties away: one instruction (the ties-to-even conversion costs registers in
-// the 3xTF32 GEMM loop), for splitting x into hi + lo TF32 parts, where the rule does not change the result.
-__device__ __forceinline__ uint32_t tf32_bits_for_split(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
-
-// x = hi + lo in two TF32 parts, for 3xTF32 products (hi*hi + hi*lo + lo*hi) that keep fp32 accuracy.
+// x = hi + lo in two TF32 parts, for 3xTF32 products (hi*hi + hi*lo + lo*hi) that keep fp32 accuracy: x - hi is
+// exact in fp32, and its own rounding to TF32 loses only what lies below fp32's precision. Round to nearest even:
+// on sm_90 cvt.rn.tf32 is one instruction (F2FP.TF32), while cvt.rna.tf32 is emulated in four (nvdisasm of sm_90a
+// code, 2026-11-26); with it the splits were most of the GroupNorm block's 3xTF32 GEMM loop.
 __device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
-  hi = tf32_bits_for_split(x);
-  lo = tf32_bits_for_split(x - __uint_as_float(hi));
+  hi = tf32_bits(x);
+  lo = tf32_bits(x - __uint_as_float(hi));
 }
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
