@@ -6,10 +6,11 @@ in total and per output element (a loop iteration is kUnroll steps of VEC output
 
 The main loop is the innermost back-edge loop holding a whole group's FFMAs (KH * KW * VEC * kUnroll). Its rows:
 `static`, every instruction of the body; `hot`, the path a warp issues in the steady state: through the body's
-branches, the one with the most FFMAs and widest stores, and of those the shortest. Where the kernel runs its
-untested inner groups in a loop of their own, an `outer` loop also holds the tested steps (the bands' first and
-last groups, odd shapes); its `checked` row is the longest such path, the inner loop's body left out. Predicated-off
-instructions count: they take an issue slot all the same. BRA.DIV fallbacks (divergent shuffles) are not taken.
+branches, the one with the most FFMAs and widest stores, and of those the shortest. Where the kernel runs
+untested inner groups in a loop of their own (the variant of commit d910ccf), an `outer` loop holds the tested
+steps (the bands' first and last groups, odd shapes); its `checked` row is the longest such path, the inner loop's
+body left out. Predicated-off instructions count: they take an issue slot all the same. BRA.DIV fallbacks
+(divergent shuffles) are not taken.
 
     python tools/probe/sass_rows.py                  # the real translation unit (depthwise_conv2d_kernel.cu)
     python tools/probe/sass_rows.py --quick          # only the rows kernels, P0 = (KW - 1) / 2 (seconds, not minutes)

@@ -77,18 +77,6 @@ struct Element {
       return __half_as_ushort(__float2half_rn(x));
     }
   }
-
-  // Two fp32 values -> one word, lo in the low half (fp16/bf16 only): one cvt.rn.{bf16x2,f16x2}.f32, which rounds
-  // each value to nearest even exactly as bits() does.
-  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
-    if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
-      const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-      return __bfloat16_as_ushort(h.x) | (static_cast<uint32_t>(__bfloat16_as_ushort(h.y)) << 16);
-    } else {
-      const __half2 h = __floats2half2_rn(lo, hi);
-      return __half_as_ushort(h.x) | (static_cast<uint32_t>(__half_as_ushort(h.y)) << 16);
-    }
-  }
 };
 
 // NW consecutive 32-bit words: one lane's VEC elements of a row.
@@ -118,14 +106,6 @@ __device__ __forceinline__ Words<NW> load_words(const void* p) {
   return r;
 }
 
-// p, hidden from the optimiser: an address computed as opaque(base) + offset stays one 64-bit register pair plus a
-// 32-bit offset (one IMAD.WIDE a load) instead of being re-derived from the kernel parameters at every use.
-template <typename T>
-__device__ __forceinline__ T* opaque(T* p) {
-  asm("" : "+l"(p));
-  return p;
-}
-
 template <int NW>
 __device__ __forceinline__ Words<NW> zero_words() {
   Words<NW> r;
@@ -149,83 +129,54 @@ struct RowsParams {
   int64_t units;  // planes * bands * strips; one warp each
 };
 
-// Writes VEC outputs to dst, which is aligned to min(16, VEC * sizeof(scalar_t)) bytes, with streaming stores of that
-// width.
+// Writes VEC outputs (ox0 .. ox0 + VEC - 1 of row `row`, those inside [0, out_w)) with streaming stores as wide as
+// the address allows. The address's alignment is the same for every lane of the warp, so the branches are uniform
+// except at the image's left and right edges.
 template <typename scalar_t, int VEC>
-__device__ __forceinline__ void store_wide_row(scalar_t* __restrict__ dst, const float (&v)[VEC]) {
-  using E = Element<scalar_t>;
-  constexpr int NW = VEC / E::kPerWord;
-  uint32_t w[NW];
-#pragma unroll
-  for (int i = 0; i < NW; ++i) {
-    if constexpr (E::kPerWord == 1) {
-      w[i] = E::bits(v[i]);
-    } else {
-      w[i] = E::pack(v[2 * i], v[2 * i + 1]);
-    }
-  }
-  if constexpr (NW % 4 == 0) {
-#pragma unroll
-    for (int i = 0; i < NW; i += 4) {
-      __stcs(reinterpret_cast<uint4*>(dst) + i / 4, make_uint4(w[i], w[i + 1], w[i + 2], w[i + 3]));
-    }
-  } else if constexpr (NW == 2) {
-    __stcs(reinterpret_cast<uint2*>(dst), make_uint2(w[0], w[1]));
-  } else {
-    __stcs(reinterpret_cast<unsigned int*>(dst), w[0]);
-  }
-}
-
-// Writes VEC outputs, those of columns ox0 .. ox0 + VEC - 1 that lie inside [0, out_w), to dst[0 .. VEC - 1], with
-// streaming stores as wide as the address allows: the general case, where store_wide_row's conditions may not hold.
-// The address's alignment is the same for every lane of the warp, so the branches are uniform except at the image's
-// left and right edges.
-template <typename scalar_t, int VEC>
-__device__ __forceinline__ void store_outputs(scalar_t* __restrict__ dst, int ox0, int out_w, const float (&v)[VEC]) {
+__device__ __forceinline__ void store_outputs(scalar_t* __restrict__ row, int ox0, int out_w, const float (&v)[VEC]) {
   using E = Element<scalar_t>;
   constexpr int kPerWord = E::kPerWord;
   constexpr int NW = VEC / kPerWord;
-  if (ox0 >= 0 && ox0 + VEC <= out_w) {
-    const auto addr = reinterpret_cast<uintptr_t>(dst);
-    if (addr % 4 == 0) {
-      uint32_t w[NW];
+  scalar_t* dst = row + ox0;
+  const auto addr = reinterpret_cast<uintptr_t>(dst);
+  if (ox0 >= 0 && ox0 + VEC <= out_w && addr % 4 == 0) {
+    uint32_t w[NW];
 #pragma unroll
-      for (int i = 0; i < NW; ++i) {
-        if constexpr (kPerWord == 1) {
-          w[i] = E::bits(v[i]);
-        } else {
-          w[i] = E::pack(v[2 * i], v[2 * i + 1]);
-        }
+    for (int i = 0; i < NW; ++i) {
+      if constexpr (kPerWord == 1) {
+        w[i] = E::bits(v[i]);
+      } else {
+        w[i] = E::bits(v[2 * i]) | (E::bits(v[2 * i + 1]) << 16);
       }
-      if constexpr (NW % 4 == 0) {
-        if (addr % 16 == 0) {
-#pragma unroll
-          for (int i = 0; i < NW; i += 4) {
-            __stcs(reinterpret_cast<uint4*>(dst) + i / 4, make_uint4(w[i], w[i + 1], w[i + 2], w[i + 3]));
-          }
-          return;
-        }
-      }
-      if constexpr (NW % 2 == 0) {
-        if (addr % 8 == 0) {
-#pragma unroll
-          for (int i = 0; i < NW; i += 2) __stcs(reinterpret_cast<uint2*>(dst) + i / 2, make_uint2(w[i], w[i + 1]));
-          return;
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < NW; ++i) __stcs(reinterpret_cast<unsigned int*>(dst) + i, w[i]);
-      return;
     }
+    if constexpr (NW % 4 == 0) {
+      if (addr % 16 == 0) {
+#pragma unroll
+        for (int i = 0; i < NW; i += 4) {
+          __stcs(reinterpret_cast<uint4*>(dst) + i / 4, make_uint4(w[i], w[i + 1], w[i + 2], w[i + 3]));
+        }
+        return;
+      }
+    }
+    if constexpr (NW % 2 == 0) {
+      if (addr % 8 == 0) {
+#pragma unroll
+        for (int i = 0; i < NW; i += 2) __stcs(reinterpret_cast<uint2*>(dst) + i / 2, make_uint2(w[i], w[i + 1]));
+        return;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < NW; ++i) __stcs(reinterpret_cast<unsigned int*>(dst) + i, w[i]);
+    return;
   }
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
     const int ox = ox0 + i;
     if (ox < 0 || ox >= out_w) continue;
     if constexpr (kPerWord == 1) {
-      __stcs(reinterpret_cast<unsigned int*>(dst + i), E::bits(v[i]));
+      __stcs(reinterpret_cast<unsigned int*>(dst) + i, E::bits(v[i]));
     } else {
-      __stcs(reinterpret_cast<unsigned short*>(dst + i), static_cast<unsigned short>(E::bits(v[i])));
+      __stcs(reinterpret_cast<unsigned short*>(dst) + i, static_cast<unsigned short>(E::bits(v[i])));
     }
   }
 }
@@ -241,30 +192,13 @@ struct Window {
   static constexpr int kWords = kWordHi - kWordLo + 1;
   static constexpr int kExtraLeft = -floor_div(kWordLo, NW);              // vectors needed left of the strip
   static constexpr int kExtraRight = floor_div(kWordHi, NW);              // ... and right of it
-  // Words of an extra vector the window reads (the last -kWordLo of a left one, the first kWordHi - NW + 1 of a
-  // right one; all of them where the halo spans more than one vector), rounded up to a power of two: an extra lane
-  // loads only these, kExtraWords words from word 0 of a right vector or word kExtraFirstLeft of a left one.
-  static constexpr int kExtraUsed = kExtraLeft > 1 || kExtraRight > 1
-                                        ? NW
-                                        : std::max(kExtraLeft > 0 ? -kWordLo : 0,
-                                                   kExtraRight > 0 ? kWordHi - NW + 1 : 0);
-  static constexpr int kExtraWords = kExtraUsed <= 1 ? 1 : (kExtraUsed <= 2 ? 2 : NW);
-  static constexpr int kExtraFirstLeft = NW - kExtraWords;
   static_assert(VEC % kPerWord == 0, "a lane loads whole words");
   static_assert(kExtraLeft + kExtraRight < 32, "halo wider than a warp");
-  static_assert(kExtraUsed <= kExtraWords && kExtraWords <= NW, "extra words");
 };
 
 // KH x KW filter; VEC elements per lane; P0: how many window columns lie left of a lane's first loaded column (the
 // padding that makes output columns line up with input columns, so 0 or (KW - 1) / 2); rows are loaded kDepth
 // steps ahead of their use.
-//
-// The 3x3 bf16 kernel was issue-bound (ncu on H200: 0.74 instructions a scheduler cycle, DRAM 49% busy), so its
-// steady state is written for the instruction count (tools/probe/sass_rows.py counts it in the SASS): the groups
-// of steps away from the band's and the image's edges test nothing (see step), and beside the KH * KW * VEC FFMAs a
-// step issues about two loads and their addresses, a select and a shuffle a halo word, a shift or a mask a 16-bit
-// column, a conversion a pair of 16-bit outputs, and one store with its address (3x3 bf16: 102 instructions a
-// step, 72 of them FFMAs, against 168 before).
 template <typename scalar_t, int KH, int KW, int P0, int VEC, int kDepth, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) depthwise_rows_kernel(const RowsParams<scalar_t> p) {
   using E = Element<scalar_t>;
@@ -272,7 +206,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) depthwise_rows_kernel(co
   constexpr int kPerWord = Win::kPerWord, NW = Win::NW;
   constexpr int kWordLo = Win::kWordLo, kWords = Win::kWords;
   constexpr int kExtraLeft = Win::kExtraLeft, kExtraRight = Win::kExtraRight;
-  constexpr int kExtraWords = Win::kExtraWords, kExtraFirstLeft = Win::kExtraFirstLeft;
 
   const int lane = threadIdx.x % 32;
   const int64_t unit = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
@@ -309,44 +242,31 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) depthwise_rows_kernel(co
   const int extra_col = x0 + (lane < kExtraRight ? 32 + lane : lane - 32) * VEC;
   const bool extra_inside = has_extra && extra_col >= 0 && extra_col < p.in_w;
 
-  // Rows: the band's outputs oy0 .. oy0 + steps - KH read input rows iy0 + t for steps t in [0, steps). A step
-  // loads and adds its row only where it lies inside the image and the band: rows of padding add nothing (ATen
-  // skips them), and neither do the steps past the band's end. (Tested from iy0 and steps alone: registers are
-  // short at 6 CTAs an SM.)
+  // Rows: the band's outputs oy0 .. oy0 + rows - 1 read input rows iy0 + t for steps t in [0, steps).
   const int oy0 = band * p.band_rows;
-  const int steps = min(p.band_rows, p.out_h - oy0) + KH - 1;
+  const int rows = min(p.band_rows, p.out_h - oy0);
+  const int steps = rows + KH - 1;
   const int iy0 = oy0 - p.pad_h;
-  const auto row_needed = [&](int t) {
-    return t < steps && static_cast<unsigned>(iy0 + t) < static_cast<unsigned>(p.in_h);
+  // Steps whose row lies inside the image: t in [t_lo, t_hi) (empty for a band that sees only padding).
+  const int t_lo = max(0, -iy0), t_hi = max(t_lo, min(steps, p.in_h - iy0));
+  const auto row_inside = [&](int t) {
+    return static_cast<unsigned>(t - t_lo) < static_cast<unsigned>(t_hi - t_lo);
   };
 
   // Offsets inside the plane fit in int (plan_rows checks that a plane has fewer than 2^31 elements).
-  // The extra words are addressed from the lane's own (one 64-bit register pair fewer).
-  const scalar_t* __restrict__ own_src = opaque(in_plane + (col_inside ? col : 0));
-  const int extra_first = (lane < kExtraRight ? 0 : kExtraFirstLeft) * kPerWord;
-  const int extra_delta = (extra_inside ? extra_col + extra_first : 0) - (col_inside ? col : 0);
-  // Loads input row t into a ring slot: zeros where the row or the columns lie outside the image or the band.
-  const auto load_row = [&](int t, Words<NW>& own, Words<kExtraWords>& extra) {
-    const bool inside = row_needed(t);
+  const scalar_t* __restrict__ own_src = in_plane + (col_inside ? col : 0);
+  const scalar_t* __restrict__ extra_src = in_plane + (extra_inside ? extra_col : 0);
+  const auto load_row = [&](int t, Words<NW>& own, Words<NW>& extra) {
+    const bool inside = row_inside(t);
     const int offset = inside ? (iy0 + t) * p.in_w : 0;
     own = inside && col_inside ? load_words<NW>(own_src + offset) : zero_words<NW>();
     if constexpr (kExtraLeft + kExtraRight > 0) {
-      extra = inside && extra_inside ? load_words<kExtraWords>(own_src + (offset + extra_delta))
-                                     : zero_words<kExtraWords>();
-    }
-  };
-  // The same for a row known to lie inside the image, in a warp whose lanes all load their own columns.
-  const auto load_inner_row = [&](int t, Words<NW>& own, Words<kExtraWords>& extra) {
-    const int offset = (iy0 + t) * p.in_w;
-    own = load_words<NW>(own_src + offset);
-    if constexpr (kExtraLeft + kExtraRight > 0) {
-      extra = extra_inside ? load_words<kExtraWords>(own_src + (offset + extra_delta)) : zero_words<kExtraWords>();
+      extra = inside && extra_inside ? load_words<NW>(extra_src + offset) : zero_words<NW>();
     }
   };
 
   // ring[t % kDepth] holds input row t from step t - kDepth, which loads it, to step t, which uses it.
-  Words<NW> ring[kDepth];
-  Words<kExtraWords> ring_extra[kDepth];
+  Words<NW> ring[kDepth], ring_extra[kDepth];
 #pragma unroll
   for (int i = 0; i < kDepth; ++i) load_row(i, ring[i], ring_extra[i]);
 
@@ -357,132 +277,63 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) depthwise_rows_kernel(co
 #pragma unroll
     for (int v = 0; v < VEC; ++v) acc[s][v] = 0.0f;
   }
-
-  // Stores: output row r of the band, this lane's first column, is out_lane + r * out_w. (out_lane is computed in
-  // integers: left of the image, in a plane's first row, it lies before the plane, and only its columns inside
-  // the image are stored.) When this lane's VEC outputs lie inside the row and the first row's are aligned to the
-  // widest store, so are every row's (the pitch keeps the alignment) and a row takes one store.
   const int ox0 = col + p.shift_w;
-  scalar_t* __restrict__ const out_lane = opaque(reinterpret_cast<scalar_t*>(
-      reinterpret_cast<uintptr_t>(out_plane) + static_cast<intptr_t>(oy0 * p.out_w + ox0) * sizeof(scalar_t)));
-  constexpr int kStoreBytes = std::min<int>(16, VEC * sizeof(scalar_t));
-  const bool lane_stores_inside = ox0 >= 0 && ox0 + VEC <= p.out_w;
-  const bool store_wide = lane_stores_inside && (p.out_w * sizeof(scalar_t)) % kStoreBytes == 0 &&
-                          reinterpret_cast<uintptr_t>(out_lane) % kStoreBytes == 0;
-
-  // The loop below runs whole groups of kUnroll steps (a multiple of KH and of kDepth) so that t % KH and
-  // t % kDepth are compile-time constants.
+  // The loop runs whole groups of kUnroll steps (a multiple of KH and of kDepth) so that t % KH and t % kDepth are
+  // compile-time constants; the steps past the band's end load, add and store nothing.
   constexpr int kUnroll = KH % kDepth == 0 ? KH : KH * kDepth;
+  for (int t0 = 0; t0 < steps; t0 += kUnroll) {
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const int t = t0 + j;
+      const Words<NW> own = ring[j % kDepth], extra = ring_extra[j % kDepth];
+      load_row(t + kDepth, ring[j % kDepth], ring_extra[j % kDepth]);
 
-  // One step: input row t goes into the partial sums, row t + kDepth is loaded, output row t - (KH - 1) is stored.
-  // Inner steps (kInner) are those of a group whose rows all lie inside the image, whose loads do too and whose
-  // output rows all lie inside the band, in a warp whose lanes all load their columns and store wide: they test
-  // nothing. The other steps test each of these conditions.
-  // inner: std::integral_constant<int, kTested>, <int, kInnerWide> or <int, kInnerRowAligned> (see below).
-  constexpr int kTested = 0, kInnerWide = 1, kInnerRowAligned = 2;
-  const auto step = [&](int t0, int j, auto inner) {
-    constexpr int kKind = decltype(inner)::value;
-    constexpr bool kInner = kKind != kTested;
-    const int t = t0 + j;
-    Words<NW>& own = ring[j % kDepth];
-    Words<kExtraWords>& extra = ring_extra[j % kDepth];
-    // Output row t starts here: its first input row (ky = 0) is row t.
-    float(&fresh)[VEC] = acc[j % KH];
-    if (kInner || row_needed(t)) {
-      // The window words kWordLo .. kWordHi around this lane's own words: a word d vectors away comes from lane
-      // lane + d, or, past the warp's edge, from the extra vector of the lane the shuffle wraps around to.
-      uint32_t words[kWords];
-#pragma unroll
-      for (int k = 0; k < kWords; ++k) {
-        const int wo = kWordLo + k;
-        const int d = floor_div(wo, NW);
-        const int e = wo - d * NW;
-        if (d == 0) {
-          words[k] = own.w[e];
-        } else {
-          // shfl.sync.idx reads only the low 5 bits of the source lane (the CUDA guide: srcLane modulo width), so
-          // threadIdx.x + d + 32 names lane + d, wrapped, with no mask.
-          const bool send_extra = d > 0 ? lane < d : lane >= 32 + d;
-          const uint32_t extra_word = extra.w[d > 0 ? e : e - kExtraFirstLeft];
-          words[k] = __shfl_sync(kFullMask, send_extra ? extra_word : own.w[e], threadIdx.x + d + 32);
-        }
-      }
-      // The slot's words are all in words[] now: it takes row t + kDepth.
-      if constexpr (kInner) {
-        load_inner_row(t + kDepth, own, extra);
-      } else {
-        load_row(t + kDepth, own, extra);
-      }
-      float window[Win::kColumns];
-#pragma unroll
-      for (int i = 0; i < Win::kColumns; ++i) {
-        const int o = i - P0;
-        const int wo = floor_div(o, kPerWord);
-        window[i] = E::to_float(words[wo - kWordLo], o - wo * kPerWord);
-      }
-      // Input row t feeds output row t - ky through tap row ky; each output gets its rows in ky order, its
-      // columns in kx order, starting from the bias. Slots of rows outside the band take harmless extra sums and
-      // are never stored.
-#pragma unroll
-      for (int ky = 0; ky < KH; ++ky) {
-        float(&sum)[VEC] = acc[(j - ky + KH * kUnroll) % KH];
-#pragma unroll
-        for (int kx = 0; kx < KW; ++kx) {
-#pragma unroll
-          for (int v = 0; v < VEC; ++v) sum[v] = fmaf(w[ky][kx], window[v + kx], ky == 0 && kx == 0 ? bias : sum[v]);
-        }
-      }
-    } else {
-      load_row(t + kDepth, own, extra);
+      // Output row t starts here: its first input row (ky = 0) is row t.
+      float(&fresh)[VEC] = acc[j % KH];
 #pragma unroll
       for (int v = 0; v < VEC; ++v) fresh[v] = bias;
-    }
-    // Input row t was the last one output row r = t - (KH - 1) reads.
-    const int r = t - (KH - 1);
-    const float(&out)[VEC] = acc[(j + 1) % KH];
-    if constexpr (kKind == kInnerWide) {
-      store_wide_row<scalar_t, VEC>(out_lane + r * p.out_w, out);
-    } else if constexpr (kKind == kInnerRowAligned) {
-      store_outputs<scalar_t, VEC>(out_lane + r * p.out_w, ox0, p.out_w, out);
-    } else if (t >= KH - 1 && t < steps) {
-      if (store_wide) {
-        store_wide_row<scalar_t, VEC>(out_lane + r * p.out_w, out);
-      } else {
-        store_outputs<scalar_t, VEC>(out_lane + r * p.out_w, ox0, p.out_w, out);
-      }
-    }
-  };
-
-  // Groups starting at t0 in [max(-iy0, KH - 1), inner_hi] are inner (see step): their rows t0 .. t0 + kUnroll -
-  // 1 + kDepth lie inside the image and the band, and their first output row t0 - (KH - 1) is at least 0. In a
-  // band of 32 rows inside the image, 4 groups of 6 for 3x3, 2 of 4 for 5x5, 1 of 3 for 7x7. The test is
-  // warp-uniform, as the shuffles need.
-  // Inner warps store each row with one store where every row is aligned to it (kInnerWide); where the row pitch
-  // is not a multiple of that width (the 510-wide output of the unpadded seed: rows alternate between 16- and
-  // 8-byte alignment), they pick the widest store row by row (kInnerRowAligned, store_outputs). Always 8-byte
-  // stores there measured 9% slower on the seed (H200): each 32-byte sector is then written in two halves.
-  const bool inner_warp = __all_sync(kFullMask, col_inside && lane_stores_inside);
-  const int inner_hi = inner_warp ? min(steps, p.in_h - iy0) - kDepth - kUnroll : -1;
-  const auto inner_groups = [&](int& t0, auto kind) {
-    do {
+      if (row_inside(t)) {
+        // Warp-uniform: rows of padding add nothing (ATen skips them), and neither do steps past the band.
+        // The window words kWordLo .. kWordHi around this lane's own words: a word d vectors away comes from lane
+        // lane + d, or, past the warp's edge, from the extra vector of the lane the shuffle wraps around to.
+        uint32_t words[kWords];
 #pragma unroll
-      for (int j = 0; j < kUnroll; ++j) step(t0, j, kind);
-      t0 += kUnroll;
-    } while (t0 <= inner_hi);
-  };
-  for (int t0 = 0; t0 < steps;) {
-    if (t0 >= max(-iy0, KH - 1) && t0 <= inner_hi) {
-      // The inner groups run in a loop of their own, so that the register allocation of this hottest loop does
-      // not have to fit around the tested steps'.
-      if (store_wide) {
-        inner_groups(t0, std::integral_constant<int, kInnerWide>{});
-      } else {
-        inner_groups(t0, std::integral_constant<int, kInnerRowAligned>{});
-      }
-    } else {
+        for (int k = 0; k < kWords; ++k) {
+          const int wo = kWordLo + k;
+          const int d = floor_div(wo, NW);
+          const int e = wo - d * NW;
+          if (d == 0) {
+            words[k] = own.w[e];
+          } else {
+            const bool send_extra = d > 0 ? lane < d : lane >= 32 + d;
+            words[k] = __shfl_sync(kFullMask, send_extra ? extra.w[e] : own.w[e], (lane + d) & 31);
+          }
+        }
+        float window[Win::kColumns];
 #pragma unroll
-      for (int j = 0; j < kUnroll; ++j) step(t0, j, std::integral_constant<int, kTested>{});
-      t0 += kUnroll;
+        for (int i = 0; i < Win::kColumns; ++i) {
+          const int o = i - P0;
+          const int wo = floor_div(o, kPerWord);
+          window[i] = E::to_float(words[wo - kWordLo], o - wo * kPerWord);
+        }
+        // Input row t feeds output row t - ky through tap row ky; each output gets its rows in ky order, its
+        // columns in kx order. Slots of rows outside the band take harmless extra sums and are never stored.
+#pragma unroll
+        for (int ky = 0; ky < KH; ++ky) {
+          float(&sum)[VEC] = acc[(j - ky + KH * kUnroll) % KH];
+#pragma unroll
+          for (int kx = 0; kx < KW; ++kx) {
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) sum[v] = fmaf(w[ky][kx], window[v + kx], sum[v]);
+          }
+        }
+      }
+      // Input row t was the last one output row r = t - (KH - 1) reads.
+      const int r = t - (KH - 1);
+      if (static_cast<unsigned>(r) < static_cast<unsigned>(rows)) {
+        store_outputs<scalar_t, VEC>(out_plane + static_cast<int64_t>(oy0 + r) * p.out_w, ox0, p.out_w,
+                                     acc[(j + 1) % KH]);
+      }
     }
   }
 }
