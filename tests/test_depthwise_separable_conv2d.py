@@ -148,6 +148,26 @@ def test_cuda_tf32_matches_eager_on_seed_like_problem():
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_cuda_strict_fp32_ignores_the_matmul_tf32_flag(layout):
+    """The mixed path runs its 1x1 on cuBLAS only where cuBLAS computes what cuDNN's convolution would. With TF32
+    off for convolutions but on for matmuls (torch.backends.cuda.matmul.allow_tf32), the op must stay strict fp32:
+    a TF32 GEMM over these 20 channels misses the reference by ~1e-3. W = 70 keeps the problem outside the fused
+    kernel, so the convops path is the mixed one (NCHW GEMM, or one (N HW x C) GEMM in channels-last)."""
+    args = make_problem(CASES[3], torch.float32, "cuda", layout)
+    matmul_tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        with allow_tf32(False), convops.forced_path("convops"):
+            out = convops.depthwise_separable_conv2d(*args)
+            expected = separable_reference(*args)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
+    assert_close(out, expected)
+    assert_output_layout(out, args[0])
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("tf32", [False, True])
 def test_cuda_huge_dilation_uses_unfused_fallback(tf32):
     case = (1, 2, 1, 3, 170, 900, (9, 9), (1, 1), (0, 0), (20, 110), True, True)
