@@ -29,10 +29,16 @@ bool capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-// A scratch buffer of twice the device's L2 size: zeroing it evicts whatever a path's inputs left in L2.
+// A scratch buffer of twice the device's L2 size: zeroing it evicts whatever a path's inputs left in L2. Undefined
+// where the device has no room for it: the op must not fail for want of memory it does not need, so the paths are
+// then timed as they come (L2 warm).
 at::Tensor l2_flush_buffer(const at::Device& device) {
   const int64_t bytes = 2 * static_cast<int64_t>(device_attribute<cudaDevAttrL2CacheSize>());
-  return at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(device));
+  try {
+    return at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(device));
+  } catch (const c10::OutOfMemoryError&) {
+    return at::Tensor();
+  }
 }
 
 // Mean GPU milliseconds of one run of `path` after a warm-up run (cuDNN's algorithm search, first allocations),
@@ -45,7 +51,7 @@ double time_ms(PathFn path, cudaStream_t stream, const at::Tensor& flush, at::Te
   std::array<cudaEvent_t, 2 * kTimedRuns> events;
   for (auto& event : events) C10_CUDA_CHECK(cudaEventCreate(&event));
   for (int i = 0; i < kTimedRuns; ++i) {
-    C10_CUDA_CHECK(cudaMemsetAsync(flush.data_ptr(), 0, flush.nbytes(), stream));
+    if (flush.defined()) C10_CUDA_CHECK(cudaMemsetAsync(flush.data_ptr(), 0, flush.nbytes(), stream));
     C10_CUDA_CHECK(cudaEventRecord(events[2 * i], stream));
     *output = path();
     C10_CUDA_CHECK(cudaEventRecord(events[2 * i + 1], stream));
