@@ -168,6 +168,36 @@ def test_cuda_strict_fp32_ignores_the_matmul_tf32_flag(layout):
 
 
 @pytest.mark.cuda
+def test_cuda_fp32_precision_flags_disagreeing_with_the_old_ones():
+    """torch >= 2.9's fp32_precision flags, TF32 off for convolutions but on for matmuls: the op must neither raise
+    (ATen's old-style getters allowTF32CuBLAS / float32MatmulPrecision throw when the two APIs disagree) nor let the
+    mixed path's GEMM use TF32."""
+    conv, matmul = torch.backends.cudnn.conv, torch.backends.cuda.matmul
+    if not hasattr(conv, "fp32_precision") or not hasattr(matmul, "fp32_precision"):
+        pytest.skip("this torch has no fp32_precision flags")
+    args = make_problem(CASES[3], torch.float32, "cuda", "contiguous")
+    saved = conv.fp32_precision, matmul.fp32_precision
+    try:
+        conv.fp32_precision, matmul.fp32_precision = "ieee", "tf32"
+        with convops.forced_path("convops"):
+            out = convops.depthwise_separable_conv2d(*args)
+    finally:
+        conv.fp32_precision, matmul.fp32_precision = saved
+    with allow_tf32(False):
+        assert_close(out, separable_reference(*args))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_one_channel_channels_last_output_stays_channels_last(dtype):
+    """With one input channel a channels-last tensor is NCHW-contiguous too: the mixed path must pick its GEMM by the
+    layout, so that the output is channels-last like the input's."""
+    case = (2, 1, 1, 8, 16, 16, (3, 3), (1, 1), (1, 1), (1, 1), True, True)
+    with allow_tf32(False):
+        check_against_reference(case, dtype, "cuda", "channels_last")
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("tf32", [False, True])
 def test_cuda_huge_dilation_uses_unfused_fallback(tf32):
     case = (1, 2, 1, 3, 170, 900, (9, 9), (1, 1), (0, 0), (20, 110), True, True)

@@ -56,31 +56,25 @@ at::Tensor aten_pointwise(const at::Tensor& mid, const at::Tensor& input, const 
       .contiguous(input.suggest_memory_format());
 }
 
-// Whether cuBLAS computes a 1x1 convolution of this dtype exactly as cuDNN's convolution would under the current
-// precision flags: 16-bit types always (fp32 accumulation in both); fp32 when neither library may use TF32 (nor
-// cuBLAS bf16, float32_matmul_precision "medium"). In TF32 mode the two tie on speed, so the flags of the two
-// libraries need not be reconciled there.
-bool gemm_matches_convolution(at::ScalarType dtype) {
-  if (dtype == at::kHalf || dtype == at::kBFloat16) return true;
-  auto& context = at::globalContext();
-  return dtype == at::kFloat && !context.allowTF32CuDNN(at::Float32Op::CONV) && !context.allowTF32CuBLAS() &&
-         context.float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST;
-}
-
 // The 1x1 of the mixed path. A 1x1 convolution is a GEMM: per image W (C_out x C) times the C x HW intermediate in
 // NCHW, or one (N HW x C) times W^T in channels-last. cuBLAS runs that GEMM well where cuDNN's 1x1 does not
 // (H200, seed 16x64x512x512 -> 128, tools/probe/pointwise_gemm.py, 2026-11-26: bf16 0.446 ms against 1.845, floor
 // 0.380; strict fp32 1.98 against 2.45; TF32 0.840 against 0.842), with outputs equal to cuDNN's to the bit in every
-// probed shape. ATen's convolution elsewhere: other dtypes or precision flags, and GEMM extents past int.
+// probed shape. ATen's convolution elsewhere: where cuBLAS would compute otherwise (cublas_gemm_matches_convolution),
+// and GEMM extents past int. The bias goes in as ATen adds it after cuDNN's convolution: a separate add on the
+// rounded product (cuBLASLt's bias epilogue would round once, not twice).
 at::Tensor pointwise_as_gemm(const at::Tensor& mid, const at::Tensor& input, const at::Tensor& pointwise_weight,
                              const std::optional<at::Tensor>& pointwise_bias) {
   const int64_t n = mid.size(0), c = mid.size(1), h = mid.size(2), w = mid.size(3);
   const int64_t c_out = pointwise_weight.size(0);
-  const bool nchw = mid.is_contiguous();
-  const bool nhwc = !nchw && mid.is_contiguous(at::MemoryFormat::ChannelsLast);
+  // The layout decides, not contiguity alone: with one channel a channels-last tensor is NCHW-contiguous too, and
+  // the output must be channels-last all the same.
+  const bool nhwc = input.suggest_memory_format() == at::MemoryFormat::ChannelsLast &&
+                    mid.is_contiguous(at::MemoryFormat::ChannelsLast);
+  const bool nchw = !nhwc && mid.is_contiguous();
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   const int64_t rows = nchw ? h * w : n * h * w;
-  if (!gemm_matches_convolution(mid.scalar_type()) || !(nchw || nhwc) || rows >= kIntMax || c >= kIntMax ||
+  if (!cublas_gemm_matches_convolution(mid.scalar_type()) || !(nchw || nhwc) || rows >= kIntMax || c >= kIntMax ||
       c_out >= kIntMax) {
     return aten_pointwise(mid, input, pointwise_weight, pointwise_bias);
   }
@@ -91,8 +85,8 @@ at::Tensor pointwise_as_gemm(const at::Tensor& mid, const at::Tensor& input, con
     if (has_bias) out.add_(pointwise_bias->view({1, c_out, 1}));
     return out.view({n, c_out, h, w});
   }
-  const at::Tensor mid_rows = mid.permute({0, 2, 3, 1}).view({rows, c});
-  const at::Tensor out = has_bias ? at::addmm(*pointwise_bias, mid_rows, weight.t()) : at::mm(mid_rows, weight.t());
+  at::Tensor out = at::mm(mid.permute({0, 2, 3, 1}).reshape({rows, c}), weight.t());  // (N HW, C_out): NHWC
+  if (has_bias) out.add_(pointwise_bias->view({1, c_out}));
   return out.view({n, h, w, c_out}).permute({0, 3, 1, 2});  // channels-last
 }
 
