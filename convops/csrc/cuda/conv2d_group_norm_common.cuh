@@ -27,12 +27,11 @@ constexpr int kPixelWarps = kTileM / kWarpM;  // warps that share a channel, eac
 constexpr int kSmallFloats = 4 * kTileN + 2 * kPixelWarps * kTileN + kPixelWarps;
 
 // How the convolution multiplies: 3xTF32 (each fp32 operand split into a TF32 high part and a TF32 remainder:
-// fp32-level accuracy on tensor cores), bf16 / fp16 tensor cores for half-precision inputs, or plain TF32 (operands
-// rounded to nearest, as cuDNN rounds them). Accumulation is fp32 throughout. fp32 inputs take 3xTF32 whatever the
-// TF32 flag says: for this block cuDNN picks FP32 kernels even where TF32 is allowed (eager's result equals the
-// fp64 one to ~1e-6 on the seed shape), and a single TF32 pass misses it by ~4e-3 once GroupNorm divides by the
-// spread, far outside the 1e-4 agreement we promise.
-enum class MmaMode { kTf32, kTf32x3, kBf16, kFp16 };
+// fp32-level accuracy on tensor cores), or bf16 / fp16 tensor cores for half-precision inputs. Accumulation is fp32
+// throughout. fp32 inputs take 3xTF32 whatever the TF32 flag says: for this block cuDNN picks FP32 kernels even where
+// TF32 is allowed (eager's result equals the fp64 one to ~1e-6 on the seed shape), and a single TF32 pass misses it
+// by ~4e-3 once GroupNorm divides by the spread, far outside the 1e-4 agreement we promise.
+enum class MmaMode { kTf32x3, kBf16, kFp16 };
 
 struct ConvPoolParams {
   const void* input;

@@ -21,6 +21,7 @@
 #include "conv2d_group_norm_scale_max_pool_clamp.h"
 #include "cuda/conv2d_group_norm_finalize_kernel.cuh"
 #include "cuda/conv2d_group_norm_tile_kernel.cuh"
+#include "cuda/device_info.h"
 #include "cuda/path_choice.cuh"
 
 namespace convops {
@@ -145,9 +146,8 @@ void launch(ConvPoolParams& p, const ConvGnPoolGeometry& g, int smem_bytes, cuda
     C10_CUDA_CHECK(cudaFuncSetAttribute(tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   }
   // Persistent grid: as many CTAs as fit on the device at once, each looping over (image, spatial tile) items.
-  int device = 0, sms = 0, per_sm = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = cuda::multiprocessor_count();
+  int per_sm = 0;
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tile_kernel, kThreads, smem_bytes));
   const int64_t items = g.batch * p.spatial_tiles;
   const int64_t resident = std::max<int64_t>(1, static_cast<int64_t>(sms) * std::max(per_sm, 1) / p.channel_tiles);

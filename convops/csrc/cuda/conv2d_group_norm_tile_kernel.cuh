@@ -14,17 +14,12 @@ namespace convops {
 namespace cuda {
 namespace gn_pool {
 
+// Operands sit in shared memory as fp32: 3xTF32 splits them at fragment load, and half-precision values are exact
+// in fp32.
 template <MmaMode kMode>
 struct MmaTraits {
-  static constexpr int kStep = (kMode == MmaMode::kTf32 || kMode == MmaMode::kTf32x3) ? 8 : 16;
+  static constexpr int kStep = kMode == MmaMode::kTf32x3 ? 8 : 16;
 };
-
-// The value stored in shared memory for a multiplication operand: TF32 mode rounds once here (round_tf32), the other
-// modes keep fp32 (3xTF32 splits at fragment load; half modes hold values exact in their type already).
-template <MmaMode kMode>
-__device__ __forceinline__ float stage_operand(float x) {
-  return kMode == MmaMode::kTf32 ? round_tf32(x) : x;
-}
 
 template <MmaMode kMode>
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
@@ -43,7 +38,7 @@ template <MmaMode kMode>
 __device__ __forceinline__ void mma_k_step(float (&acc)[2][4][4], const float* patch, const int* koff,
                                            const float* wts, int weight_ld, const int (&poff)[2][2], int n_base,
                                            int k0, int g, int t) {
-  if constexpr (kMode == MmaMode::kTf32 || kMode == MmaMode::kTf32x3) {
+  if constexpr (kMode == MmaMode::kTf32x3) {
     const int ka = koff[k0 + t], kb = koff[k0 + t + 4];
     float a[2][4], b[4][2];
 #pragma unroll
@@ -59,40 +54,24 @@ __device__ __forceinline__ void mma_k_step(float (&acc)[2][4][4], const float* p
       b[ni][0] = w[0];
       b[ni][1] = w[4];
     }
-    if constexpr (kMode == MmaMode::kTf32) {
-      uint32_t ar[2][4], br[4][2];
+    // x = hi + lo with both TF32; x*y ~ hi*hi + hi*lo + lo*hi (the lo*lo term is below fp32 rounding).
+    uint32_t ah[2][4], al[2][4], bh[4][2], bl[4][2];
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
+    for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) ar[mi][r] = __float_as_uint(a[mi][r]);
+      for (int r = 0; r < 4; ++r) split_tf32(a[mi][r], ah[mi][r], al[mi][r]);
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni)
+    for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) br[ni][r] = __float_as_uint(b[ni][r]);
+      for (int r = 0; r < 2; ++r) split_tf32(b[ni][r], bh[ni][r], bl[ni][r]);
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
+    for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) mma_m16n8k8_tf32(acc[mi][ni], ar[mi], br[ni]);
-    } else {
-      // x = hi + lo with both TF32; x*y ~ hi*hi + hi*lo + lo*hi (the lo*lo term is below fp32 rounding).
-      uint32_t ah[2][4], al[2][4], bh[4][2], bl[4][2];
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) split_tf32(a[mi][r], ah[mi][r], al[mi][r]);
-#pragma unroll
-      for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) split_tf32(b[ni][r], bh[ni][r], bl[ni][r]);
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
-          mma_m16n8k8_tf32(acc[mi][ni], al[mi], bh[ni]);
-          mma_m16n8k8_tf32(acc[mi][ni], ah[mi], bl[ni]);
-          mma_m16n8k8_tf32(acc[mi][ni], ah[mi], bh[ni]);
-        }
-    }
+      for (int ni = 0; ni < 4; ++ni) {
+        mma_m16n8k8_tf32(acc[mi][ni], al[mi], bh[ni]);
+        mma_m16n8k8_tf32(acc[mi][ni], ah[mi], bl[ni]);
+        mma_m16n8k8_tf32(acc[mi][ni], ah[mi], bh[ni]);
+      }
   } else {
     const int k_lo = k0 + 2 * t, k_hi = k_lo + 8;
     const int ka0 = koff[k_lo], ka1 = koff[k_lo + 1], kb0 = koff[k_hi], kb1 = koff[k_hi + 1];
@@ -161,7 +140,7 @@ __device__ __forceinline__ void load_patch(const ConvPoolParams& p, float* patch
     }
 #pragma unroll
     for (int j = 0; j < kBatch; ++j)
-      if (base + j * kThreads < size) patch[dst[j]] = stage_operand<kMode>(v[j]);
+      if (base + j * kThreads < size) patch[dst[j]] = v[j];
   }
 }
 
@@ -178,7 +157,7 @@ __device__ __forceinline__ void load_weights(const ConvPoolParams& p, float* wts
     if (co < p.out_channels && cg < p.in_channels) {
       v = load_float<T>(p.weight, co * p.w_stride[0] + cg * p.w_stride[1] + ky * p.w_stride[2] + kx * p.w_stride[3]);
     }
-    wts[nn * p.weight_ld + k] = stage_operand<kMode>(v);
+    wts[nn * p.weight_ld + k] = v;
   }
 }
 

@@ -1,6 +1,7 @@
 #include "cuda/path_choice.cuh"
 
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <array>
@@ -41,11 +42,6 @@ at::Tensor l2_flush_buffer(const at::Device& device) {
   }
 }
 
-// Mean GPU milliseconds of one run of `path` after a warm-up run (cuDNN's algorithm search, first allocations),
-// each run starting with a cold L2, as triton.testing.do_bench times: on batch-1 layers (5-20 us) which path wins
-// depends on it (the convops kernels won with the inputs L2-resident and lost by 0.5-2 us from DRAM on 33 of the
-// bench sweep's rows, 2026-11-26), and the cold condition is the one the benchmarks measure. Every run computes a
-// full output; the last timed one is kept in *output.
 // A CUDA event that is destroyed with its owner, also when a timed path throws.
 struct Event {
   cudaEvent_t event = nullptr;
@@ -55,6 +51,11 @@ struct Event {
   Event& operator=(const Event&) = delete;
 };
 
+// Mean GPU milliseconds of one run of `path` after a warm-up run (cuDNN's algorithm search, first allocations),
+// each run starting with a cold L2, as triton.testing.do_bench times: on batch-1 layers (5-20 us) which path wins
+// depends on it (the convops kernels won with the inputs L2-resident and lost by 0.5-2 us from DRAM on 33 of the
+// bench sweep's rows, 2026-11-26), and the cold condition is the one the benchmarks measure. Every run computes a
+// full output; the last timed one is kept in *output.
 double time_ms(PathFn path, cudaStream_t stream, const at::Tensor& flush, at::Tensor* output) {
   path();
   std::array<Event, 2 * kTimedRuns> events;
@@ -163,9 +164,7 @@ at::Tensor run_auto_path(const std::string& key, c10::function_ref<std::string()
   if (capturing(stream)) return convops_path();
   const std::string own_key = key;  // the paths may call convops ops, which refill this thread's key buffer
   at::Tensor convops_output, aten_output, mixed_output;
-  int device = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  at::Tensor flush = l2_flush_buffer(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)));
+  at::Tensor flush = l2_flush_buffer(at::Device(at::kCUDA, c10::cuda::current_device()));
   double convops_ms = 0.0, aten_ms = 0.0, mixed_ms = -1.0;
   const auto time_paths = [&] {
     convops_ms = time_ms(convops_path, stream, flush, &convops_output);
