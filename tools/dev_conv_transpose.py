@@ -1,7 +1,7 @@
 """GPU-side checks of convops::conv_transpose{2,3}d beyond pytest.
 
     python tools/dev_conv_transpose.py small   # every kernel path once on small shapes (run under compute-sanitizer)
-    python tools/dev_conv_transpose.py seeds   # seed shapes: time vs eager per precision mode, max error vs eager
+    python tools/dev_conv_transpose.py seeds   # seed shapes: kernel and op time vs eager per mode, error vs eager
     python tools/dev_conv_transpose.py errors  # each rejected call of the tests, one by one (finds a crash)
     python tools/dev_conv_transpose.py accuracy  # long reductions in TF32: our error vs cuDNN's, against fp64
     python tools/dev_conv_transpose.py once    # one TF32 call per seed shape (for ncu)
@@ -62,19 +62,24 @@ def run_seeds():
             torch.backends.cudnn.allow_tf32 = mode != "fp32"
             dtype = torch.bfloat16 if mode == "bf16" else torch.float32
             x, w = x32.to(dtype), w32.to(dtype)
-            y_ours, y_eager = ours(x, w), eager(x, w)
+            with convops.forced_path("convops"):
+                y_ours = ours(x, w)
+            y_eager = eager(x, w)
             err = (y_ours.float() - y_eager.float()).abs().max().item()
             close = torch.allclose(y_ours.float(), y_eager.float(), atol=1e-4, rtol=1e-4)
             del y_ours, y_eager
+            with convops.forced_path("convops"):
+                t_kernel = bench(lambda: ours(x, w))
             t_ours, t_eager = bench(lambda: ours(x, w)), bench(lambda: eager(x, w))
-            rows.append((name, mode, t_eager, t_ours, t_eager / t_ours, err, close))
+            rows.append((name, mode, t_eager, t_kernel, t_ours, t_eager / t_ours, err, close))
             print(rows[-1], flush=True)
         del x32, w32
         torch.cuda.empty_cache()
-    print(f"\n{torch.cuda.get_device_name()}")
-    print(f"{'seed':18s} {'mode':5s} {'eager ms':>9s} {'convops ms':>10s} {'speedup':>8s} {'max|err|':>9s} 1e-4")
-    for name, mode, te, to, sp, err, close in rows:
-        print(f"{name:18s} {mode:5s} {te:9.3f} {to:10.3f} {sp:8.2f} {err:9.2e} {close}")
+    print(f"\n{torch.cuda.get_device_name()} (kernel: the convops kernel forced; op: the \"auto\" path policy)")
+    print(f"{'seed':18s} {'mode':5s} {'eager ms':>9s} {'kernel ms':>9s} {'op ms':>9s} {'op speedup':>10s} "
+          f"{'max|err|':>9s} 1e-4 (kernel vs eager)")
+    for name, mode, te, tk, to, sp, err, close in rows:
+        print(f"{name:18s} {mode:5s} {te:9.3f} {tk:9.3f} {to:9.3f} {sp:10.2f} {err:9.2e} {close}")
 
 
 def run_errors():
@@ -108,6 +113,7 @@ def run_accuracy():
 
 
 def run_once():
+    convops.set_path_policy("convops")  # the kernel itself, not whatever "auto" times faster
     for xs, ws, conv in [((8, 48, 96, 96, 96), (48, 24, 3, 3, 3), convops.conv_transpose3d),
                          ((8, 64, 512, 512), (64, 64, 3, 7), convops.conv_transpose2d)]:
         conv(torch.rand(xs, device="cuda"), torch.rand(ws, device="cuda"))

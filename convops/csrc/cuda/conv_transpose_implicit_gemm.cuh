@@ -37,28 +37,36 @@ __device__ __forceinline__ int brick_offset(int m, const int (&tile_log2)[3], in
   return (md * bh + mh) * bw + mw;
 }
 
-// Tensor-core tile: warp w owns pixels [w * BM/8, (w+1) * BM/8) and all BN channels, as MT x NT mma tiles.
+// Tensor-core tile. Warp w owns a box of 8 x U pixels (U = BM / 64): 8 along the lane axis (d or h: fragment row g)
+// and U consecutive along w, where half-fragment u holds rows g (u even) or g + 8 (u odd) of m-tile u / 2. Taps that
+// follow each other along w shift the brick by one pixel, so half-fragment u of tap s + 1 is half-fragment u + 1 of
+// tap s: a window of n such taps loads U + n - 1 half-fragments instead of n U, at constant offsets.
 template <class Math, int BM, int BN>
 struct MmaTile {
   static constexpr int kWarpM = BM / kConvTransposeWarps;
   static constexpr int MT = kWarpM / 16;
   static constexpr int NT = BN / 8;
+  static constexpr int U = 2 * MT;
+  static constexpr int kWindow = 3;  // taps per window: 10 half-fragment loads instead of 24 at U = 8
   static constexpr int kPitch = conv_transpose_weight_pitch(BN);
   static_assert(kWarpM % 16 == 0 && BN % 8 == 0, "tile must be made of m16n8 fragments");
 
   float acc[MT][NT][4];
-  int row[MT][2];  // brick offsets of the fragment rows g and g + 8
+  int a_lane;          // brick offset of this lane's pixel in half-fragment 0 (half-fragment u: + u)
+  int m_lane;          // its tile pixel index (half-fragment u: + u)
   int g, t;
 
-  __device__ MmaTile(int tid, const int (&tile_log2)[3], int bh, int bw) {
+  __device__ MmaTile(int tid, const ConvTransposeParams& p) {
     const int warp = tid / 32, lane = tid % 32;
     g = lane / 4;
     t = lane % 4;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) row[mt][h] = brick_offset(warp * kWarpM + mt * 16 + g + 8 * h, tile_log2, bh, bw);
-    }
+    const int size[3] = {1 << p.tile_log2[0], 1 << p.tile_log2[1], 1 << p.tile_log2[2]};
+    // Warp boxes w fastest, then along the lane axis, then along the other one of d and h.
+    const int boxes_w = size[2] / U, boxes_l = (p.lane_axis == 0 ? size[0] : size[1]) / 8;
+    const int w = warp % boxes_w * U, l = warp / boxes_w % boxes_l * 8 + g, o = warp / (boxes_w * boxes_l);
+    const int d = p.lane_axis == 0 ? l : o, h = p.lane_axis == 0 ? o : l;
+    a_lane = (d * p.brick[1] + h) * p.brick[2] + w;
+    m_lane = (d * size[1] + h) * size[2] + w;
   }
 
   __device__ void zero() {
@@ -70,45 +78,63 @@ struct MmaTile {
         for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
   }
 
-  // One tap: acc += brick(shifted by tap_offset)[pixels][chunk words] x weights[chunk words][BN].
-  __device__ void tap(const uint32_t* brick, int plane, const uint32_t* weights, int chunk, int tap_offset) {
-    const uint32_t* a_rows = brick + t * plane + tap_offset;
+  // A window of n <= kWindow taps along w: tap s reads the brick at offset + s, with the weights at
+  // weights + s * weight_step (words). acc += brick(shifted)[pixels][chunk words] x weights[words][BN].
+  __device__ void taps(const uint32_t* brick, int plane, const uint32_t* weights, int weight_step, int chunk,
+                       int offset, int n) {
+    // Full windows (the common case) without the predicates on loads and taps.
+    if (n == kWindow) return taps_of<kWindow>(brick, plane, weights, weight_step, chunk, offset, n);
+    taps_of<0>(brick, plane, weights, weight_step, chunk, offset, n);
+  }
+
+  // kN taps, or n <= kWindow where kN is 0.
+  template <int kN>
+  __device__ void taps_of(const uint32_t* brick, int plane, const uint32_t* weights, int weight_step, int chunk,
+                          int offset, int n) {
+    if constexpr (kN > 0) n = kN;
+    const uint32_t* a_rows = brick + t * plane + offset + a_lane;
     const uint32_t* b_rows = weights + t * kPitch + g;
-#pragma unroll 1  // one k-step already holds MT x NT independent mma; unrolling more only adds registers
+#pragma unroll 1  // one k-step already holds n x MT x NT independent mma; unrolling more only adds registers
     for (int k = 0; k < chunk; k += 8) {
-      // All A fragments first, then one B fragment at a time: MT*4 + 2 live operand registers next to the
-      // accumulators.
+      // The window's half-fragments first (all loads in flight together), then one B fragment at a time.
       const uint32_t* a_lo = a_rows + k * plane;
-      const uint32_t* a_hi = a_rows + (k + 4) * plane;
-      uint32_t a[MT][4];
+      const uint32_t* a_hi = a_lo + 4 * plane;
+      uint32_t h[U + kWindow - 1][2];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        a[mt][0] = a_lo[row[mt][0]];
-        a[mt][1] = a_lo[row[mt][1]];
-        a[mt][2] = a_hi[row[mt][0]];
-        a[mt][3] = a_hi[row[mt][1]];
+      for (int v = 0; v < U + kWindow - 1; ++v) {
+        if (v < U + n - 1) {
+          h[v][0] = a_lo[v];
+          h[v][1] = a_hi[v];
+        }
       }
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const uint32_t b[2] = {b_rows[k * kPitch + nt * 8], b_rows[(k + 4) * kPitch + nt * 8]};
+      for (int s = 0; s < kWindow; ++s) {
+        if (s >= n) break;
+        const uint32_t* b_tap = b_rows + s * weight_step + k * kPitch;
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) Math::mma(acc[mt][nt], a[mt], b);
+        for (int nt = 0; nt < NT; ++nt) {
+          const uint32_t b[2] = {b_tap[nt * 8], b_tap[4 * kPitch + nt * 8]};
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            const uint32_t a[4] = {h[2 * mt + s][0], h[2 * mt + 1 + s][0], h[2 * mt + s][1], h[2 * mt + 1 + s][1]};
+            Math::mma(acc[mt][nt], a, b);
+          }
+        }
       }
     }
   }
 
-  __device__ void stage(float* out, int tid) const {
+  __device__ void stage(float* out, int /*tid*/) const {
     constexpr int SP = conv_transpose_stage_pitch(BM);
-    const int m0 = (tid / 32) * kWarpM;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        const int m = m0 + mt * 16 + g, co = nt * 8 + 2 * t;
+        const int m = m_lane + 2 * mt, m8 = m + 1, co = nt * 8 + 2 * t;
         out[co * SP + m] = acc[mt][nt][0];
         out[(co + 1) * SP + m] = acc[mt][nt][1];
-        out[co * SP + m + 8] = acc[mt][nt][2];
-        out[(co + 1) * SP + m + 8] = acc[mt][nt][3];
+        out[co * SP + m8] = acc[mt][nt][2];
+        out[(co + 1) * SP + m8] = acc[mt][nt][3];
       }
     }
   }
@@ -126,11 +152,13 @@ struct FmaTile {
   int row[PI];
   int tm, tn;
 
-  __device__ FmaTile(int tid, const int (&tile_log2)[3], int bh, int bw) {
+  static constexpr int kWindow = 1;  // no reuse across taps: every thread's pixels are loaded tap by tap
+
+  __device__ FmaTile(int tid, const ConvTransposeParams& p) {
     tn = tid & 3;
     tm = tid >> 2;
 #pragma unroll
-    for (int i = 0; i < PI; ++i) row[i] = brick_offset(tm + 64 * i, tile_log2, bh, bw);
+    for (int i = 0; i < PI; ++i) row[i] = brick_offset(tm + 64 * i, p.tile_log2, p.brick[1], p.brick[2]);
   }
 
   __device__ void zero() {
@@ -140,7 +168,9 @@ struct FmaTile {
       for (int j = 0; j < 8; ++j) acc[i][j] = T(0);
   }
 
-  __device__ void tap(const T* brick, int plane, const T* weights, int chunk, int tap_offset) {
+  // One tap (a window of one, see MmaTile::taps).
+  __device__ void taps(const T* brick, int plane, const T* weights, int /*weight_step*/, int chunk, int tap_offset,
+                       int /*n*/) {
     const T* a_rows = brick + tap_offset;
     const T* b_rows = weights + tn * 8;
 #pragma unroll 2
@@ -191,9 +221,11 @@ struct TapGroup {
 // load_brick and round_brick, so each thread rounds exactly the words its own copies wrote.
 template <class F>
 __device__ __forceinline__ void for_each_brick_position(const ConvTransposeParams& p, const TapGroup& tg, F&& f) {
-  const int ew = tg.extent[2], eh = tg.extent[1], volume = tg.extent[0] * eh * ew;
-  for (int s = threadIdx.x; s < volume; s += kConvTransposeThreads) {
-    const int x = s % ew, yz = s / ew, y = yz % eh, z = yz / eh;
+  const int volume = tg.extent[0] * tg.extent[1] * tg.extent[2];
+  if (static_cast<int>(threadIdx.x) >= volume) return;
+  BoxWalk<3> pos(tg.extent, threadIdx.x, kConvTransposeThreads);
+  for (int s = threadIdx.x; s < volume; s += kConvTransposeThreads, pos.advance()) {
+    const int z = pos.index[0], y = pos.index[1], x = pos.index[2];
     const int id = tg.origin[0] + z, ih = tg.origin[1] + y, iw = tg.origin[2] + x;
     const bool inside = id >= 0 && id < p.in_size[0] && ih >= 0 && ih < p.in_size[1] && iw >= 0 &&
                         iw < p.in_size[2];
@@ -252,21 +284,24 @@ __device__ void load_weights(const ConvTransposeParams& p, typename Math::Word* 
   constexpr int kPitch = conv_transpose_weight_pitch(BN);
   constexpr int kVectors = BN * static_cast<int>(sizeof(Word)) / 16;
   static_assert(BN * sizeof(Word) % 16 == 0, "weight rows must be whole 16-byte vectors");
-  const int gh = tg.j1[1] - tg.j0[1], gw = tg.j1[2] - tg.j0[2];
-  const int rows = (tg.j1[0] - tg.j0[0]) * gh * gw * p.chunk;
-  const int taps = p.kernel[0] * p.kernel[1] * p.kernel[2];
-  const Word* w = static_cast<const Word*>(p.weight) + static_cast<int64_t>(grp) * taps * p.cin_words * p.cout_pad +
+  const int extents[5] = {tg.j1[0] - tg.j0[0], tg.j1[1] - tg.j0[1], tg.j1[2] - tg.j0[2], p.chunk, kVectors};
+  const int vectors = extents[0] * extents[1] * extents[2] * p.chunk * kVectors;
+  const Word* w = static_cast<const Word*>(p.weight) +
+                  static_cast<int64_t>(grp) * p.kernel[0] * p.kernel[1] * p.kernel[2] * p.cin_words * p.cout_pad +
                   co_block * BN;
-  for (int v = threadIdx.x; v < rows * kVectors; v += kConvTransposeThreads) {
-    const int row = v / kVectors, col = v % kVectors;
-    const int tap = row / p.chunk, cw = row % p.chunk;
-    const int jw = tg.j0[2] + tap % gw, jh = tg.j0[1] + (tap / gw) % gh, jd = tg.j0[0] + tap / (gw * gh);
-    const int kd = ph[0].k0 + jd * p.tap_step[0], kh = ph[1].k0 + jh * p.tap_step[1],
-              kw = ph[2].k0 + jw * p.tap_step[2];
-    const int64_t src = (static_cast<int64_t>((kd * p.kernel[1] + kh) * p.kernel[2] + kw) * p.cin_words + c0 + cw) *
-                        p.cout_pad;
-    cp_async_zfill<16>(reinterpret_cast<uint4*>(weights + row * kPitch) + col,
-                       reinterpret_cast<const uint4*>(w + src) + col, true);
+  if (static_cast<int>(threadIdx.x) >= vectors) return;
+  // Vector v of the pass: (tap jd, jh, jw of the group, channel word cw, 16-byte column).
+  BoxWalk<5> at(extents, threadIdx.x, kConvTransposeThreads);
+  for (int v = threadIdx.x; v < vectors; v += kConvTransposeThreads, at.advance()) {
+    const int kd = ph[0].k0 + (tg.j0[0] + at.index[0]) * p.tap_step[0];
+    const int kh = ph[1].k0 + (tg.j0[1] + at.index[1]) * p.tap_step[1];
+    const int kw = ph[2].k0 + (tg.j0[2] + at.index[2]) * p.tap_step[2];
+    const int row = v / kVectors;  // (tap of the group, cw): the weights' row in shared memory
+    const int64_t src =
+        (static_cast<int64_t>((kd * p.kernel[1] + kh) * p.kernel[2] + kw) * p.cin_words + c0 + at.index[3]) *
+        p.cout_pad;
+    cp_async_zfill<16>(reinterpret_cast<uint4*>(weights + row * kPitch) + at.index[4],
+                       reinterpret_cast<const uint4*>(w + src) + at.index[4], true);
   }
 }
 
@@ -281,33 +316,56 @@ __device__ void store_tile(const ConvTransposeParams& p, const typename Math::Ac
   Input* out = static_cast<Input*>(p.output) + n * p.out_stride[0];
   const int co_base = grp * p.cout_g + co_block * BN;
   const int co_count = min(BN, p.cout_g - co_block * BN);
-  const bool channels_fastest = p.out_stride[1] == 1;  // channels_last: consecutive threads, consecutive channels
-  for (int e = threadIdx.x; e < BM * BN; e += kConvTransposeThreads) {
-    const int co = channels_fastest ? e % BN : e / BM;
-    const int m = channels_fastest ? e / BN : e % BM;
+  const auto output_offset = [&](int m, int64_t& offset) {  // false where pixel m of the tile is outside
     const int qw = q0[2] + (m & ((1 << p.tile_log2[2]) - 1));
     const int qh = q0[1] + ((m >> p.tile_log2[2]) & ((1 << p.tile_log2[1]) - 1));
     const int qd = q0[0] + (m >> (p.tile_log2[2] + p.tile_log2[1]));
-    if (co >= co_count || qd >= ph[0].q_count || qh >= ph[1].q_count || qw >= ph[2].q_count) continue;
-    Acc value = stage[co * SP + m];
-    if (bias) value += Math::to_acc(bias[co_base + co]);
     const int64_t od = qd * p.stride[0] + r[0], oh = qh * p.stride[1] + r[1], ow = qw * p.stride[2] + r[2];
-    out[(co_base + co) * p.out_stride[1] + od * p.out_stride[2] + oh * p.out_stride[3] + ow * p.out_stride[4]] =
-        Math::from_acc(value);
+    offset = od * p.out_stride[2] + oh * p.out_stride[3] + ow * p.out_stride[4];
+    return qd < ph[0].q_count && qh < ph[1].q_count && qw < ph[2].q_count;
+  };
+  if (p.out_stride[1] == 1) {  // channels_last: consecutive threads, consecutive channels
+    for (int e = threadIdx.x; e < BM * BN; e += kConvTransposeThreads) {
+      const int co = e % BN, m = e / BN;
+      int64_t offset;
+      if (co >= co_count || !output_offset(m, offset)) continue;
+      Acc value = stage[co * SP + m];
+      if (bias) value += Math::to_acc(bias[co_base + co]);
+      out[co_base + co + offset] = Math::from_acc(value);
+    }
+    return;
+  }
+  // Otherwise consecutive threads, consecutive pixels: each thread's pixels are the same for every channel, so
+  // their offsets are computed once.
+  for (int m = threadIdx.x; m < BM; m += kConvTransposeThreads) {
+    int64_t offset;
+    if (!output_offset(m, offset)) continue;
+    Input* dst = out + co_base * p.out_stride[1] + offset;
+    for (int co = 0; co < co_count; ++co, dst += p.out_stride[1]) {
+      Acc value = stage[co * SP + m];
+      if (bias) value += Math::to_acc(bias[co_base + co]);
+      *dst = Math::from_acc(value);
+    }
   }
 }
 
+// The tile of a precision policy: tensor cores or CUDA cores.
 template <class Math, int BM, int BN>
-__global__ void __launch_bounds__(kConvTransposeThreads)
+using ConvTransposeTile = std::conditional_t<Math::kTensorCore, MmaTile<Math, BM, BN>, FmaTile<Math, BM, BN>>;
+
+template <class Math, int BM, int BN>
+__global__ void __launch_bounds__(kConvTransposeThreads, 2)  // two blocks an SM: one computes while one loads
     conv_transpose_kernel(const ConvTransposeParams p) {
   using Word = typename Math::Word;
-  using Tile = std::conditional_t<Math::kTensorCore, MmaTile<Math, BM, BN>, FmaTile<Math, BM, BN>>;
+  using Tile = ConvTransposeTile<Math, BM, BN>;
   constexpr int kPitch = conv_transpose_weight_pitch(BN);
   extern __shared__ __align__(16) unsigned char smem[];
   Word* smem_words = reinterpret_cast<Word*>(smem);
   auto* stage = reinterpret_cast<typename Math::Acc*>(smem);
 
-  Tile tile(threadIdx.x, p.tile_log2, p.brick[1], p.brick[2]);
+  Tile tile(threadIdx.x, p);
+  // Windows of taps along w where consecutive taps are one pixel apart (MmaTile::taps).
+  const int window = p.offset_step[2] == 1 ? Tile::kWindow : 1;
   for (int64_t index = blockIdx.x; index < p.total_tiles; index += gridDim.x) {
     // Decode (n, group, phase, tile, channel block), channel block fastest so that blocks sharing a brick run
     // together and find it in L2.
@@ -381,16 +439,19 @@ __global__ void __launch_bounds__(kConvTransposeThreads)
       const Word* weights = brick + p.chunk * p.brick_plane;
       if constexpr (Math::kRoundBrick) round_brick<Math>(p, brick, tg);
       __syncthreads();
-      // Tap j of a dimension reads the brick (j1 - 1 - j) * offset_step further along it.
+      // Tap j of a dimension reads the brick (j1 - 1 - j) * offset_step further along it. Along w the taps go in
+      // windows of up to `window`, last tap first: tap s of a window is s pixels further along.
+      const int gw = tg.j1[2] - tg.j0[2];
       int tap = 0;
       for (int jd = tg.j0[0]; jd < tg.j1[0]; ++jd) {
-        for (int jh = tg.j0[1]; jh < tg.j1[1]; ++jh) {
+        for (int jh = tg.j0[1]; jh < tg.j1[1]; ++jh, tap += gw) {
           const int offset_dh =
               ((tg.j1[0] - 1 - jd) * p.offset_step[0] * p.brick[1] + (tg.j1[1] - 1 - jh) * p.offset_step[1]) *
               p.brick[2];
-          for (int jw = tg.j0[2]; jw < tg.j1[2]; ++jw, ++tap) {
-            tile.tap(brick, p.brick_plane, weights + tap * p.chunk * kPitch, p.chunk,
-                     offset_dh + (tg.j1[2] - 1 - jw) * p.offset_step[2]);
+          for (int end = tg.j1[2]; end > tg.j0[2]; end -= window) {
+            tile.taps(brick, p.brick_plane, weights + (tap + end - 1 - tg.j0[2]) * p.chunk * kPitch,
+                      -p.chunk * kPitch, p.chunk, offset_dh + (tg.j1[2] - end) * p.offset_step[2],
+                      min(window, end - tg.j0[2]));
           }
         }
       }

@@ -65,6 +65,7 @@ at::Tensor transform_weight(const at::Tensor& weight5d, int64_t groups, int64_t 
 
 struct Tiling {
   int tile_log2[3];
+  int lane_axis;
   int group_taps[3];
   int brick[3];
   int brick_plane;
@@ -73,31 +74,62 @@ struct Tiling {
   int64_t shared_bytes;
 };
 
-// Chooses the output tile (a power-of-two box of BM pixels in phase coordinates) that minimises the estimated work,
-// then the channel chunk and the taps per brick that fit the shared-memory budget.
-Tiling choose_tiling(const ConvTransposeParams& p, int bm, int bn, int word_bytes, int acc_bytes, int cin_words_min) {
+// Half-fragment loads of one warp for `taps` taps along w: windows of up to `window` taps one pixel apart share
+// U + n - 1 loads; taps further apart load U each (MmaTile::taps).
+int half_fragment_loads(int taps, int offset_step, int halves, int window) {
+  if (offset_step != 1) return taps * halves;
+  int loads = 0;
+  for (int left = taps; left > 0; left -= window) loads += halves + std::min(left, window) - 1;
+  return loads;
+}
+
+// Chooses the output tile (a power-of-two box of BM pixels in phase coordinates) and, for the tensor-core tile, the
+// lane axis of its warps by an estimate of the instructions a call issues: per tile and k-step, the MMAs and
+// B-fragment loads (the same for every tile), the A-fragment loads (fewer where taps along w share them) and the
+// brick copy (a few instructions a word). Then the channel chunk and the taps per brick that fit the shared-memory
+// budget. `halves` is MmaTile's U; 0 for the CUDA-core tile, which weighs MACs against brick words.
+Tiling choose_tiling(const ConvTransposeParams& p, int bm, int bn, int halves, int window, int word_bytes,
+                     int acc_bytes, int cin_words_min) {
   int max_taps[3], phase_extent[3];
   for (int d = 0; d < 3; ++d) {
     max_taps[d] = (p.kernel[d] + p.tap_step[d] - 1) / p.tap_step[d];
     phase_extent[d] = (p.out_size[d] + p.stride[d] - 1) / p.stride[d];
   }
+  const int taps = max_taps[0] * max_taps[1] * max_taps[2];
   Tiling t{};
+  const auto halo = [&](int d, int log2) { return (1 << log2) + (max_taps[d] - 1) * p.offset_step[d]; };
   const int bm_log2 = log2_exact(bm);
   double best = std::numeric_limits<double>::infinity();
   for (int ld = 0; ld <= bm_log2; ++ld) {
     for (int lh = 0; ld + lh <= bm_log2; ++lh) {
-      const int lw = bm_log2 - ld - lh;
-      if (lw < 3) continue;  // rows of 8 consecutive pixels keep the fragment loads conflict-free
-      const int lg[3] = {ld, lh, lw};
-      double tiles = 1, brick = 1;
-      for (int d = 0; d < 3; ++d) {
-        tiles *= std::ceil(static_cast<double>(phase_extent[d]) / (1 << lg[d]));
-        brick *= (1 << lg[d]) + (max_taps[d] - 1) * p.offset_step[d];
+      const int lg[3] = {ld, lh, bm_log2 - ld - lh};
+      double tiles = 1;
+      for (int d = 0; d < 3; ++d) tiles *= std::ceil(static_cast<double>(phase_extent[d]) / (1 << lg[d]));
+      if (halves == 0) {
+        if (lg[2] < 3) continue;  // rows of 8 consecutive pixels keep the loads conflict-free
+        const double brick = static_cast<double>(halo(0, lg[0])) * halo(1, lg[1]) * halo(2, lg[2]);
+        const double cost = tiles * (bm + 2 * brick);  // MACs per channel word vs brick words loaded
+        if (cost < best) {
+          best = cost;
+          std::copy(lg, lg + 3, t.tile_log2);
+        }
+        continue;
       }
-      const double cost = tiles * (bm + 2 * brick);  // MACs per channel word vs brick words loaded
-      if (cost < best) {
-        best = cost;
-        std::copy(lg, lg + 3, t.tile_log2);
+      if ((1 << lg[2]) < halves) continue;
+      for (int lane = 0; lane < 2; ++lane) {
+        if ((1 << lg[lane]) < 8) continue;
+        const int w_extent = halo(2, lg[2]) | 1, h_extent = lane == 0 ? halo(1, lg[1]) | 1 : halo(1, lg[1]);
+        const double brick = static_cast<double>(halo(0, lg[0])) * h_extent * w_extent;
+        const int nt = bn / 8, mt = halves / 2, warps = cuda::kConvTransposeWarps;
+        const double fixed = static_cast<double>(warps) * taps * (mt * nt + 2 * nt);
+        const double a_loads = 2.0 * warps * taps / max_taps[2] *
+                               half_fragment_loads(max_taps[2], p.offset_step[2], halves, window);
+        const double cost = tiles * (fixed + a_loads + brick);
+        if (cost < best) {
+          best = cost;
+          std::copy(lg, lg + 3, t.tile_log2);
+          t.lane_axis = lane;
+        }
       }
     }
   }
@@ -111,6 +143,7 @@ Tiling choose_tiling(const ConvTransposeParams& p, int bm, int bn, int word_byte
     int64_t volume = 1;
     for (int d = 0; d < 3; ++d) {
       t.brick[d] = (1 << t.tile_log2[d]) + (t.group_taps[d] - 1) * p.offset_step[d];
+      if (halves > 0 && d > t.lane_axis) t.brick[d] |= 1;  // an odd lane step
       volume = std::min(volume * t.brick[d], kFarOverBudget);
     }
     const int64_t brick_plane = (volume + 31) / 32 * 32 + 8;  // fragment rows of 4 channel words: 4 bank octets
@@ -158,13 +191,18 @@ void launch(ConvTransposeParams p, const at::Tensor& weight5d, bool tf32) {
   using Word = typename Math::Word;
   constexpr int kCpw = Math::kChannelsPerWord;
   const int cin_words_min = (p.cin_g + kCpw - 1) / kCpw;
-  const Tiling t = choose_tiling(p, BM, BN, sizeof(Word), sizeof(typename Math::Acc), cin_words_min);
+  using Tile = cuda::ConvTransposeTile<Math, BM, BN>;
+  int halves = 0;  // the CUDA-core tile has no half-fragments
+  if constexpr (Math::kTensorCore) halves = Tile::U;
+  const Tiling t = choose_tiling(p, BM, BN, halves, Tile::kWindow, sizeof(Word), sizeof(typename Math::Acc),
+                                 cin_words_min);
   p.chunk = t.chunk;
   p.cin_words = (cin_words_min + t.chunk - 1) / t.chunk * t.chunk;
   p.co_blocks = (p.cout_g + BN - 1) / BN;
   p.cout_pad = p.co_blocks * BN;
   p.brick_plane = t.brick_plane;
   p.stage_words = t.stage_words;
+  p.lane_axis = t.lane_axis;
   for (int d = 0; d < 3; ++d) {
     p.tile_log2[d] = t.tile_log2[d];
     p.group_taps[d] = t.group_taps[d];

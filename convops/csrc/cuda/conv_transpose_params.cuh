@@ -24,9 +24,11 @@ struct ConvTransposeParams {
   int cin_words;          // channel words per group in the transformed weight (a multiple of `chunk`)
   int cout_pad;           // output channels per group in the transformed weight (a multiple of BN)
   int tile_log2[3];       // output tile of one block, in phase coordinates q: a power of two per dimension
+  int lane_axis;          // tensor-core tile (MmaTile): the axis of a fragment's 8 rows, 0 (d) or 1 (h)
   int tiles[3];           // tiles per dimension (for the largest phase)
   int group_taps[3];      // taps per dimension that share one input brick (all of them when it fits)
-  int brick[3];           // allocated brick extents: tile + (group_taps - 1) * offset_step
+  int brick[3];           // allocated brick extents: tile + (group_taps - 1) * offset_step; for the tensor-core
+                          // tile those after the lane axis odd, so that its 8 rows hit 8 bank octets
   int brick_plane;        // words per channel-word plane of the brick, padded against bank conflicts
   int chunk;              // channel words per pass over the brick (a multiple of 8)
   int stage_words;        // shared memory words of one pipeline stage: brick + weights of one pass

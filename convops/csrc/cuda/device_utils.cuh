@@ -42,6 +42,41 @@ struct FastDivmod {
   }
 };
 
+// The multi-index of the flat indices start, start + stride, start + 2 stride, ... of a row-major box (last dimension
+// fastest), advanced with adds and one carry per dimension instead of divisions at every step. The outermost index
+// is not wrapped: the caller stops at the box's volume.
+template <int N>
+struct BoxWalk {
+  int index[N];   // the current multi-index
+  int step[N];    // the stride as a multi-index
+  int extent[N];
+
+  __device__ BoxWalk(const int (&extents)[N], int start, int stride) {
+    // Unsigned: the division sequence is shorter than the signed one, and nothing here is negative.
+    unsigned s = start, t = stride;
+#pragma unroll
+    for (int d = N - 1; d >= 0; --d) {
+      extent[d] = extents[d];
+      const unsigned e = extents[d];
+      index[d] = d > 0 ? s % e : s;
+      step[d] = d > 0 ? t % e : t;
+      s /= e;
+      t /= e;
+    }
+  }
+
+  __device__ __forceinline__ void advance() {
+    int carry = 0;
+#pragma unroll
+    for (int d = N - 1; d > 0; --d) {
+      index[d] += step[d] + carry;  // < 2 extent: one wrap at most
+      carry = index[d] >= extent[d];
+      if (carry) index[d] -= extent[d];
+    }
+    index[0] += step[0] + carry;
+  }
+};
+
 // fp32 -> tf32, rounded to nearest with ties to even, as the GEMM kernels behind PyTorch's TF32 convolutions round
 // their operands on Hopper (cuBLAS for 1x1 convolutions, cuDNN's sm90 dgrad kernels for transposed ones; measured
 // with tools/probe/tf32_single_product.py and tf32_ties.py). One fp32 value in 8192 is a tie, so the rule shows at
