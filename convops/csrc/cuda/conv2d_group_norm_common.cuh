@@ -120,6 +120,10 @@ struct Moments {
   float count, mean, m2;
   __device__ __forceinline__ void merge(float n, float m, float s) {
     if (n == 0.f) return;
+    if (count == 0.f) {  // taken as is: the general formula would square the mean (Inf past 1.8e19, then 0 x Inf)
+      count = n, mean = m, m2 = s;
+      return;
+    }
     const float total = count + n, delta = m - mean, w = n / total;
     mean += delta * w;
     m2 += s + delta * delta * count * w;

@@ -25,6 +25,18 @@ __host__ __device__ constexpr int conv_transpose_weight_pitch(int bn) {
   return (bn % 32 == 8 || bn % 32 == 24) ? bn : bn + 8;
 }
 
+// The weights of one pass in shared memory, per tap of the group, as rows of kRowWords channel words x BN output
+// channels, in the transformed global weight's own layout (conv_transpose_kernel.cu), so that a row is one
+// contiguous copy:
+//   tensor cores: rows of 8 words stored [channel][8 words] in B-fragment order (word t, then word t + 4): one
+//     8-byte load gives a lane both words of its fragment;
+//   CUDA cores: rows of one word, [channel] padded to conv_transpose_weight_pitch (conflict-free float4 loads).
+__host__ __device__ constexpr int conv_transpose_weight_row_words(bool tensor_core) { return tensor_core ? 8 : 1; }
+// Shared-memory words of the weights per channel word and tap.
+__host__ __device__ constexpr int conv_transpose_weight_words(int bn, bool tensor_core) {
+  return tensor_core ? bn : conv_transpose_weight_pitch(bn);
+}
+
 // Accumulators are staged as [channel][pixel] with this pitch: the 4 channel pairs x 8 rows a warp writes at once
 // then hit distinct banks.
 __host__ __device__ constexpr int conv_transpose_stage_pitch(int bm) { return bm + 4; }
@@ -48,7 +60,6 @@ struct MmaTile {
   static constexpr int NT = BN / 8;
   static constexpr int U = 2 * MT;
   static constexpr int kWindow = 3;  // taps per window: 10 half-fragment loads instead of 24 at U = 8
-  static constexpr int kPitch = conv_transpose_weight_pitch(BN);
   static_assert(kWarpM % 16 == 0 && BN % 8 == 0, "tile must be made of m16n8 fragments");
 
   float acc[MT][NT][4];
@@ -93,7 +104,7 @@ struct MmaTile {
                           int offset, int n) {
     if constexpr (kN > 0) n = kN;
     const uint32_t* a_rows = brick + t * plane + offset + a_lane;
-    const uint32_t* b_rows = weights + t * kPitch + g;
+    const uint32_t* b_rows = weights + g * 8 + 2 * t;  // channel g, words t and t + 4
 #pragma unroll 1  // one k-step already holds n x MT x NT independent mma; unrolling more only adds registers
     for (int k = 0; k < chunk; k += 8) {
       // The window's half-fragments first (all loads in flight together), then one B fragment at a time.
@@ -110,10 +121,11 @@ struct MmaTile {
 #pragma unroll
       for (int s = 0; s < kWindow; ++s) {
         if (s >= n) break;
-        const uint32_t* b_tap = b_rows + s * weight_step + k * kPitch;
+        const uint32_t* b_tap = b_rows + s * weight_step + k * BN;  // row k / 8 of the tap
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          const uint32_t b[2] = {b_tap[nt * 8], b_tap[4 * kPitch + nt * 8]};
+          const uint2 pair = *reinterpret_cast<const uint2*>(b_tap + nt * 64);
+          const uint32_t b[2] = {pair.x, pair.y};
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             const uint32_t a[4] = {h[2 * mt + s][0], h[2 * mt + 1 + s][0], h[2 * mt + s][1], h[2 * mt + 1 + s][1]};
@@ -276,31 +288,35 @@ __device__ void round_brick(const ConvTransposeParams& p, typename Math::Word* b
   });
 }
 
-// weights[tap of group][cw][BN] = transformed weight[grp, tap, c0 + cw, co_block * BN ..], 16-byte cp.async.
+// The weights of a pass (conv_transpose_weight_row_words): transformed weight[grp, tap, rows of c0 .., channels
+// co_block * BN ..] for each tap of the group, 16-byte cp.async.
 template <class Math, int BN>
 __device__ void load_weights(const ConvTransposeParams& p, typename Math::Word* weights, int grp, int co_block,
                              int c0, const PhaseDim (&ph)[3], const TapGroup& tg) {
   using Word = typename Math::Word;
-  constexpr int kPitch = conv_transpose_weight_pitch(BN);
-  constexpr int kVectors = BN * static_cast<int>(sizeof(Word)) / 16;
+  constexpr int kRowK = conv_transpose_weight_row_words(Math::kTensorCore);
+  constexpr int kRowWords = kRowK * conv_transpose_weight_words(BN, Math::kTensorCore);  // a row in shared memory
+  constexpr int kVectors = BN * kRowK * static_cast<int>(sizeof(Word)) / 16;          // a row's 16-byte copies
   static_assert(BN * sizeof(Word) % 16 == 0, "weight rows must be whole 16-byte vectors");
-  const int extents[5] = {tg.j1[0] - tg.j0[0], tg.j1[1] - tg.j0[1], tg.j1[2] - tg.j0[2], p.chunk, kVectors};
-  const int vectors = extents[0] * extents[1] * extents[2] * p.chunk * kVectors;
+  const int rows = p.chunk / kRowK;
+  const int extents[5] = {tg.j1[0] - tg.j0[0], tg.j1[1] - tg.j0[1], tg.j1[2] - tg.j0[2], rows, kVectors};
+  const int vectors = extents[0] * extents[1] * extents[2] * rows * kVectors;
+  const int64_t global_rows = p.cin_words / kRowK;  // rows per tap in the transformed weight
   const Word* w = static_cast<const Word*>(p.weight) +
-                  static_cast<int64_t>(grp) * p.kernel[0] * p.kernel[1] * p.kernel[2] * p.cin_words * p.cout_pad +
-                  co_block * BN;
+                  (static_cast<int64_t>(grp) * p.kernel[0] * p.kernel[1] * p.kernel[2] * global_rows * p.cout_pad +
+                   co_block * BN) * kRowK;
   if (static_cast<int>(threadIdx.x) >= vectors) return;
-  // Vector v of the pass: (tap jd, jh, jw of the group, channel word cw, 16-byte column).
+  // Vector v of the pass: (tap jd, jh, jw of the group, row, 16-byte column).
   BoxWalk<5> at(extents, threadIdx.x, kConvTransposeThreads);
   for (int v = threadIdx.x; v < vectors; v += kConvTransposeThreads, at.advance()) {
     const int kd = ph[0].k0 + (tg.j0[0] + at.index[0]) * p.tap_step[0];
     const int kh = ph[1].k0 + (tg.j0[1] + at.index[1]) * p.tap_step[1];
     const int kw = ph[2].k0 + (tg.j0[2] + at.index[2]) * p.tap_step[2];
-    const int row = v / kVectors;  // (tap of the group, cw): the weights' row in shared memory
-    const int64_t src =
-        (static_cast<int64_t>((kd * p.kernel[1] + kh) * p.kernel[2] + kw) * p.cin_words + c0 + at.index[3]) *
-        p.cout_pad;
-    cp_async_zfill<16>(reinterpret_cast<uint4*>(weights + row * kPitch) + at.index[4],
+    const int row = v / kVectors;  // (tap of the group, row): the row in shared memory
+    const int64_t src = (static_cast<int64_t>((kd * p.kernel[1] + kh) * p.kernel[2] + kw) * global_rows +
+                         c0 / kRowK + at.index[3]) *
+                        p.cout_pad * kRowK;
+    cp_async_zfill<16>(reinterpret_cast<uint4*>(weights + row * kRowWords) + at.index[4],
                        reinterpret_cast<const uint4*>(w + src) + at.index[4], true);
   }
 }
@@ -358,7 +374,7 @@ __global__ void __launch_bounds__(kConvTransposeThreads, 2)  // two blocks an SM
     conv_transpose_kernel(const ConvTransposeParams p) {
   using Word = typename Math::Word;
   using Tile = ConvTransposeTile<Math, BM, BN>;
-  constexpr int kPitch = conv_transpose_weight_pitch(BN);
+  constexpr int kWeightWords = conv_transpose_weight_words(BN, Math::kTensorCore);  // a tap's, per channel word
   extern __shared__ __align__(16) unsigned char smem[];
   Word* smem_words = reinterpret_cast<Word*>(smem);
   auto* stage = reinterpret_cast<typename Math::Acc*>(smem);
@@ -402,11 +418,19 @@ __global__ void __launch_bounds__(kConvTransposeThreads, 2)  // two blocks an SM
     const int groups_per_chunk = group_count[0] * group_count[1] * group_count[2];
     const int passes = has_taps ? p.cin_words / p.chunk * groups_per_chunk : 0;
     const auto pass = [&](int i, int& c0, TapGroup& tg) {
-      c0 = i / groups_per_chunk * p.chunk;
-      int g = i % groups_per_chunk;
+      // One tap group a chunk (the common case) needs no division.
+      int g = 0;
+      c0 = i * p.chunk;
+      if (groups_per_chunk > 1) {
+        c0 = i / groups_per_chunk * p.chunk;
+        g = i % groups_per_chunk;
+      }
       for (int d = 2; d >= 0; --d) {
-        tg.j0[d] = g % group_count[d] * p.group_taps[d];
-        g /= group_count[d];
+        tg.j0[d] = 0;
+        if (group_count[d] > 1) {
+          tg.j0[d] = g % group_count[d] * p.group_taps[d];
+          g /= group_count[d];
+        }
         tg.j1[d] = min(tg.j0[d] + p.group_taps[d], ph[d].taps);
         tg.origin[d] = q0[d] + ph[d].off0 - (tg.j1[d] - 1) * p.offset_step[d];
         tg.extent[d] = (1 << p.tile_log2[d]) + (tg.j1[d] - 1 - tg.j0[d]) * p.offset_step[d];
@@ -449,8 +473,8 @@ __global__ void __launch_bounds__(kConvTransposeThreads, 2)  // two blocks an SM
               ((tg.j1[0] - 1 - jd) * p.offset_step[0] * p.brick[1] + (tg.j1[1] - 1 - jh) * p.offset_step[1]) *
               p.brick[2];
           for (int end = tg.j1[2]; end > tg.j0[2]; end -= window) {
-            tile.taps(brick, p.brick_plane, weights + (tap + end - 1 - tg.j0[2]) * p.chunk * kPitch,
-                      -p.chunk * kPitch, p.chunk, offset_dh + (tg.j1[2] - end) * p.offset_step[2],
+            tile.taps(brick, p.brick_plane, weights + (tap + end - 1 - tg.j0[2]) * p.chunk * kWeightWords,
+                      -p.chunk * kWeightWords, p.chunk, offset_dh + (tg.j1[2] - end) * p.offset_step[2],
                       min(window, end - tg.j0[2]));
           }
         }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <vector>
 
 #include "common/checks.h"
 #include "common/precision.h"
@@ -34,12 +35,14 @@ int log2_exact(int64_t v) {
 }
 
 // (G, KD, KH, KW, cin_words, cout_pad) words: per group and tap, a [channel word][output channel] matrix, zero
-// padded to whole chunks and channel blocks, so the kernel copies whole 16-byte rows without bounds checks.
+// padded to whole chunks and channel blocks, so the kernel copies whole 16-byte rows without bounds checks; for the
+// tensor cores, (G, KD, KH, KW, cin_words / 8, cout_pad, 8): rows of 8 channel words, each output channel's 8 words
+// together in B-fragment order (conv_transpose_weight_row_words in conv_transpose_implicit_gemm.cuh).
 // TF32: operands RN-rounded here once; bf16/fp16: two consecutive input channels per 32-bit word. Non-finite
 // entries become finite (+-Inf -> +-tiny, NaN -> 0): the zeros around the input must not turn them into NaN, and
 // conv_transpose_nonfinite_weight_kernel adds their real terms afterwards (conv_transpose_nonfinite.cuh).
 at::Tensor transform_weight(const at::Tensor& weight5d, int64_t groups, int64_t channels_per_word, int64_t cin_words,
-                            int64_t cout_pad, bool tf32) {
+                            int64_t cout_pad, bool tensor_core, bool tf32) {
   const int64_t cin_g = weight5d.size(0) / groups, cout_g = weight5d.size(1);
   at::Tensor w = weight5d.reshape({groups, cin_g, cout_g, weight5d.size(2), weight5d.size(3), weight5d.size(4)})
                      .permute({0, 3, 4, 5, 1, 2});
@@ -47,6 +50,17 @@ at::Tensor transform_weight(const at::Tensor& weight5d, int64_t groups, int64_t 
   if (channels_per_word == 2) {
     const auto s = w.sizes();
     w = w.reshape({s[0], s[1], s[2], s[3], cin_words, 2, cout_pad}).transpose(5, 6);
+  }
+  if (tensor_core) {
+    // Word k = 4 h + t of a row of 8 goes to position 2 t + h, so that a lane's fragment words t and t + 4 are
+    // adjacent: (.., cin_words, cout_pad[, 2]) -> (.., cin_words / 8, 2, 4, cout_pad[, 2]) -> (.., cin_words / 8,
+    // cout_pad, 4, 2[, 2]). Views and one copy only: no index tensor, which would be a host copy (CUDA graphs).
+    std::vector<int64_t> sizes = w.sizes().vec();
+    sizes.erase(sizes.begin() + 4);
+    sizes.insert(sizes.begin() + 4, {cin_words / 8, 2, 4});
+    std::vector<int64_t> order{0, 1, 2, 3, 4, 7, 6, 5};
+    if (channels_per_word == 2) order.push_back(8);
+    w = w.reshape(sizes).permute(order);
   }
   w = w.contiguous();
   if (tf32) {
@@ -135,7 +149,7 @@ Tiling choose_tiling(const ConvTransposeParams& p, int bm, int bn, int halves, i
   }
   std::copy(max_taps, max_taps + 3, t.group_taps);
   t.chunk = cin_words_min >= 16 ? 16 : 8;
-  const int pitch = cuda::conv_transpose_weight_pitch(bn);
+  const int pitch = cuda::conv_transpose_weight_words(bn, halves > 0);
   const auto plan = [&] {
     // 64-bit (and saturated) until the budget holds: with huge dilations the first candidate bricks exceed int (the
     // loop below then splits the taps until one brick is a tile), and a wrapped size could pass for a small one.
@@ -213,7 +227,8 @@ void launch(ConvTransposeParams p, const at::Tensor& weight5d, bool tf32) {
   p.total_tiles = static_cast<int64_t>(p.batch) * p.groups * p.stride[0] * p.stride[1] * p.stride[2] * p.tiles[0] *
                   p.tiles[1] * p.tiles[2] * p.co_blocks;
 
-  const at::Tensor weight = transform_weight(weight5d, p.groups, kCpw, p.cin_words, p.cout_pad, tf32);
+  const at::Tensor weight =
+      transform_weight(weight5d, p.groups, kCpw, p.cin_words, p.cout_pad, Math::kTensorCore, tf32);
   p.weight = weight.data_ptr();
 
   const auto kernel = cuda::conv_transpose_kernel<Math, BM, BN>;
