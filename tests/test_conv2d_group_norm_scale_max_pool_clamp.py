@@ -123,6 +123,19 @@ def test_mean_far_above_spread(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_mean_whose_square_overflows(device):
+    """Conv outputs near 3e19, spread ~1e17: the mean squared is past fp32's range (3.4e38), the variance is not; a
+    merge of statistics that squares the mean (into an empty summary, say) turns it into Inf and the output into NaN."""
+    with allow_tf32(False):
+        case = (2, 4, 30, 33, 16, (3, 3), (1, 1), (0, 0), (1, 1), True, 4, (4, 4), (None, None), (16, 1, 1), True)
+        args = make_problem(case, torch.float32, device, shift=3e19)
+        args = ((args[0] * 1e17).detach(), *args[1:])
+        out = convops.conv2d_group_norm_scale_max_pool_clamp(*args)
+        assert out.isfinite().all()
+        assert_close(out, expected(args), atol=5e-4, rtol=5e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("signs", ["gamma_negative", "scale_negative", "both_negative", "mixed"])
 def test_scale_and_gamma_signs(device, signs):
     """Channels with gamma * s < 0 pool their window minimum; check every sign pattern."""
