@@ -229,25 +229,60 @@ struct TapGroup {
   int extent[3];  // brick extent this group needs (<= the allocated one)
 };
 
-// Calls f(brick_offset, input_offset, inside) for the brick positions this thread loads: the same positions in
-// load_brick and round_brick, so each thread rounds exactly the words its own copies wrote.
+// Brick position (z, y, x): its offset in a brick plane, its input offset (in the group's first channel) and whether
+// it lies inside the input (else it holds zeros).
+struct BrickPosition {
+  int dst;
+  int64_t src;
+  bool inside;
+};
+
+__device__ __forceinline__ BrickPosition brick_position(const ConvTransposeParams& p, const TapGroup& tg, int z, int y,
+                                                        int x) {
+  const int id = tg.origin[0] + z, ih = tg.origin[1] + y, iw = tg.origin[2] + x;
+  const bool inside = id >= 0 && id < p.in_size[0] && ih >= 0 && ih < p.in_size[1] && iw >= 0 && iw < p.in_size[2];
+  const int64_t src = inside ? id * p.in_stride[2] + ih * p.in_stride[3] + iw * p.in_stride[4] : 0;
+  return {(z * p.brick[1] + y) * p.brick[2] + x, src, inside};
+}
+
+// Calls f(position) for the brick positions this thread loads: the same positions in load_brick and round_brick,
+// so each thread rounds exactly the words its own copies wrote.
 template <class F>
 __device__ __forceinline__ void for_each_brick_position(const ConvTransposeParams& p, const TapGroup& tg, F&& f) {
   const int volume = tg.extent[0] * tg.extent[1] * tg.extent[2];
   if (static_cast<int>(threadIdx.x) >= volume) return;
   BoxWalk<3> pos(tg.extent, threadIdx.x, kConvTransposeThreads);
   for (int s = threadIdx.x; s < volume; s += kConvTransposeThreads, pos.advance()) {
-    const int z = pos.index[0], y = pos.index[1], x = pos.index[2];
-    const int id = tg.origin[0] + z, ih = tg.origin[1] + y, iw = tg.origin[2] + x;
-    const bool inside = id >= 0 && id < p.in_size[0] && ih >= 0 && ih < p.in_size[1] && iw >= 0 &&
-                        iw < p.in_size[2];
-    const int64_t offset = inside ? id * p.in_stride[2] + ih * p.in_stride[3] + iw * p.in_stride[4] : 0;
-    f((z * p.brick[1] + y) * p.brick[2] + x, offset, inside);
+    f(brick_position(p, tg, pos.index[0], pos.index[1], pos.index[2]));
   }
 }
 
+// Paired bricks (16-bit inputs, p.paired_brick): each brick row in units of two columns x, x + 1 whose input column
+// is even, so that one channel's two elements are one aligned 4-byte copy. Calls f(z, y, x) with the unit's first
+// brick column x (-1 where the row's first column is odd in the input: the unit then holds column 0 alone), for
+// the units this thread loads: the same in load_brick and pack_brick.
+template <class F>
+__device__ __forceinline__ void for_each_brick_pair(const ConvTransposeParams& p, const TapGroup& tg, F&& f) {
+  const int odd = tg.origin[2] & 1;  // the parity of the brick's first input column
+  const int extents[3] = {tg.extent[0], tg.extent[1], (tg.extent[2] + odd + 1) / 2};
+  const int units = extents[0] * extents[1] * extents[2];
+  if (static_cast<int>(threadIdx.x) >= units) return;
+  BoxWalk<3> at(extents, threadIdx.x, kConvTransposeThreads);
+  for (int s = threadIdx.x; s < units; s += kConvTransposeThreads, at.advance()) {
+    f(at.index[0], at.index[1], 2 * at.index[2] - odd);
+  }
+}
+
+// A pair unit whose two columns are both in the brick and in the input: copied as pairs, then packed.
+__device__ __forceinline__ bool whole_pair(const ConvTransposeParams& p, const TapGroup& tg, const BrickPosition& first,
+                                           int x) {
+  return x >= 0 && x + 1 < tg.extent[2] && first.inside && tg.origin[2] + x + 1 < p.in_size[2];
+}
+
 // brick[cw][z][y][x] = input[n, group channels c0 + cw .., origin + (z, y, x)], zero outside the input.
-// One-channel words are copied asynchronously (cp.async, zero-filled); two-channel words are packed in registers.
+// One-channel words are copied asynchronously (cp.async, zero-filled). Two-channel words: in paired bricks, the two
+// elements of channel c at columns x, x + 1 go to word (x) and those of channel c + 1 to word (x + 1), both by 4-byte
+// cp.async, and pack_brick swaps their halves into (c, c + 1) words; elsewhere they are packed in registers.
 template <class Math>
 __device__ void load_brick(const ConvTransposeParams& p, typename Math::Word* brick, int n, int grp, int c0,
                            const TapGroup& tg) {
@@ -256,24 +291,64 @@ __device__ void load_brick(const ConvTransposeParams& p, typename Math::Word* br
   constexpr int kCpw = Math::kChannelsPerWord;
   const Input* in = static_cast<const Input*>(p.input) + n * p.in_stride[0] +
                     static_cast<int64_t>(grp) * p.cin_g * p.in_stride[1];
-  for_each_brick_position(p, tg, [&](int dst_offset, int64_t src_offset, bool inside) {
-    Word* dst = brick + dst_offset;
-    const Input* src = in + src_offset;
-    if constexpr (Math::kAsyncBrick) {
-      const int channels = inside ? min(p.chunk, p.cin_g - c0) : 0;
+  const auto words_in_registers = [&](const BrickPosition& at) {
+    Word* dst = brick + at.dst;
+    const Input* src = in + at.src;
+#pragma unroll 4
+    for (int cw = 0; cw < p.chunk; ++cw) {
+      const int c = (c0 + cw) * kCpw;
+      const Input* lo = at.inside && c < p.cin_g ? src + c * p.in_stride[1] : nullptr;
+      const Input* hi = kCpw == 2 && at.inside && c + 1 < p.cin_g ? src + (c + 1) * p.in_stride[1] : nullptr;
+      dst[cw * p.brick_plane] = Math::word(lo, hi);
+    }
+  };
+  if constexpr (Math::kAsyncBrick) {
+    for_each_brick_position(p, tg, [&](const BrickPosition& at) {
+      Word* dst = brick + at.dst;
+      const Input* src = in + at.src;
+      const int channels = at.inside ? min(p.chunk, p.cin_g - c0) : 0;
 #pragma unroll 8
       for (int cw = 0; cw < p.chunk; ++cw) {
         const bool valid = cw < channels;
         cp_async_zfill<sizeof(Word)>(dst + cw * p.brick_plane, valid ? src + (c0 + cw) * p.in_stride[1] : in, valid);
       }
-    } else {
+    });
+  } else if (Math::kChannelsPerWord == 2 && p.paired_brick) {
+    for_each_brick_pair(p, tg, [&](int z, int y, int x) {
+      const BrickPosition first = brick_position(p, tg, z, y, x);
+      if (!whole_pair(p, tg, first, x)) {
+        if (x >= 0) words_in_registers(first);
+        if (x + 1 < tg.extent[2]) words_in_registers(brick_position(p, tg, z, y, x + 1));
+        return;
+      }
+      Word* dst = brick + first.dst;
+      const Input* src = in + first.src;
 #pragma unroll 4
       for (int cw = 0; cw < p.chunk; ++cw) {
-        const int c = (c0 + cw) * kCpw;
-        const Input* lo = inside && c < p.cin_g ? src + c * p.in_stride[1] : nullptr;
-        const Input* hi = kCpw == 2 && inside && c + 1 < p.cin_g ? src + (c + 1) * p.in_stride[1] : nullptr;
-        dst[cw * p.brick_plane] = Math::word(lo, hi);
+        const int c = (c0 + cw) * 2;
+        const bool lo = c < p.cin_g, hi = c + 1 < p.cin_g;
+        cp_async_zfill<4>(dst + cw * p.brick_plane, lo ? src + c * p.in_stride[1] : in, lo);
+        cp_async_zfill<4>(dst + cw * p.brick_plane + 1, hi ? src + (c + 1) * p.in_stride[1] : in, hi);
       }
+    });
+  } else {
+    for_each_brick_position(p, tg, words_in_registers);
+  }
+}
+
+// Paired bricks: turn this thread's pair copies (word x = channel c at x, x + 1; word x + 1 = channel c + 1 at x,
+// x + 1) into channel-pair words (word x = c, c + 1 at x; word x + 1 the same at x + 1), after its wait.
+template <class Math>
+__device__ void pack_brick(const ConvTransposeParams& p, typename Math::Word* brick, const TapGroup& tg) {
+  for_each_brick_pair(p, tg, [&](int z, int y, int x) {
+    const BrickPosition first = brick_position(p, tg, z, y, x);
+    if (!whole_pair(p, tg, first, x)) return;
+    uint32_t* dst = brick + first.dst;
+#pragma unroll 4
+    for (int cw = 0; cw < p.chunk; ++cw) {
+      const uint32_t a = dst[cw * p.brick_plane], b = dst[cw * p.brick_plane + 1];
+      dst[cw * p.brick_plane] = __byte_perm(a, b, 0x5410);      // low halves: (c, c + 1) at x
+      dst[cw * p.brick_plane + 1] = __byte_perm(a, b, 0x7632);  // high halves: at x + 1
     }
   });
 }
@@ -281,8 +356,8 @@ __device__ void load_brick(const ConvTransposeParams& p, typename Math::Word* br
 // TF32: RN-round the words this thread's own cp.async copies brought in (they are visible to it after the wait).
 template <class Math>
 __device__ void round_brick(const ConvTransposeParams& p, typename Math::Word* brick, const TapGroup& tg) {
-  for_each_brick_position(p, tg, [&](int dst_offset, int64_t, bool) {
-    uint32_t* dst = brick + dst_offset;
+  for_each_brick_position(p, tg, [&](const BrickPosition& at) {
+    uint32_t* dst = brick + at.dst;
 #pragma unroll 8
     for (int cw = 0; cw < p.chunk; ++cw) dst[cw * p.brick_plane] = tf32_bits(__uint_as_float(dst[cw * p.brick_plane]));
   });
@@ -462,6 +537,9 @@ __global__ void __launch_bounds__(kConvTransposeThreads, 2)  // two blocks an SM
       Word* brick = smem_words + (i & 1) * p.stage_words;
       const Word* weights = brick + p.chunk * p.brick_plane;
       if constexpr (Math::kRoundBrick) round_brick<Math>(p, brick, tg);
+      if constexpr (Math::kChannelsPerWord == 2) {
+        if (p.paired_brick) pack_brick<Math>(p, brick, tg);
+      }
       __syncthreads();
       // Tap j of a dimension reads the brick (j1 - 1 - j) * offset_step further along it. Along w the taps go in
       // windows of up to `window`, last tap first: tap s of a window is s pixels further along.

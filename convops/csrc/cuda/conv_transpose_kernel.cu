@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 #include <vector>
@@ -294,6 +295,12 @@ at::Tensor conv_transpose_kernel_path(const char* op, const at::Tensor& input, c
     p.in_stride[i] = input5d.stride(i);
     p.out_stride[i] = output5d.stride(i);
   }
+  // 16-bit inputs whose rows are contiguous, with every other stride even and the data 4-byte aligned: an element at
+  // an even column and its right neighbour are one aligned 4-byte copy (load_brick's paired bricks).
+  bool paired = input.element_size() == 2 && p.in_stride[4] == 1 &&
+                reinterpret_cast<uintptr_t>(input.data_ptr()) % 4 == 0;
+  for (int i = 0; i < 4; ++i) paired &= input5d.size(i) == 1 || p.in_stride[i] % 2 == 0;
+  p.paired_brick = paired;
 
   switch (input.scalar_type()) {
     case at::kFloat:

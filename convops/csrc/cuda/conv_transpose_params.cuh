@@ -31,6 +31,7 @@ struct ConvTransposeParams {
                           // tile those after the lane axis odd, so that its 8 rows hit 8 bank octets
   int brick_plane;        // words per channel-word plane of the brick, padded against bank conflicts
   int chunk;              // channel words per pass over the brick (a multiple of 8)
+  int paired_brick;       // 16-bit input whose rows are copied two columns at a time (load_brick)
   int stage_words;        // shared memory words of one pipeline stage: brick + weights of one pass
   int co_blocks;          // blocks of BN output channels per group
   int64_t total_tiles;
