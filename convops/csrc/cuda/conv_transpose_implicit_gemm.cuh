@@ -25,9 +25,9 @@ __host__ __device__ constexpr int conv_transpose_weight_pitch(int bn) {
   return (bn % 32 == 8 || bn % 32 == 24) ? bn : bn + 8;
 }
 
-// The weights of one pass in shared memory, per tap of the group, as rows of kRowWords channel words x BN output
-// channels, in the transformed global weight's own layout (conv_transpose_kernel.cu), so that a row is one
-// contiguous copy:
+// The weights of one pass in shared memory, per tap of the group, as rows of conv_transpose_weight_row_words channel
+// words x BN output channels, in the transformed global weight's own layout (conv_transpose_kernel.cu), so that a
+// row is one contiguous copy:
 //   tensor cores: rows of 8 words stored [channel][8 words] in B-fragment order (word t, then word t + 4): one
 //     8-byte load gives a lane both words of its fragment;
 //   CUDA cores: rows of one word, [channel] padded to conv_transpose_weight_pitch (conflict-free float4 loads).
