@@ -109,7 +109,7 @@ __device__ __forceinline__ void mma_k_step(float (&acc)[2][4][4], const float* p
 // along input rows, coalesced, and no lane idles on a row's last few columns), channels_last inputs with the
 // channel fastest, which is their contiguous order. Eight loads are issued before any store (the stores to shared
 // memory would otherwise order every load after the previous store).
-template <typename T, MmaMode kMode, bool kChannelsFastest>
+template <typename T, bool kChannelsFastest>
 __device__ __forceinline__ void load_patch(const ConvPoolParams& p, float* patch, int64_t in_base, int c0, int ih0,
                                            int iw0, int tid) {
   const int plane = p.patch_h * p.patch_w, size = p.chunk_channels * plane;
@@ -145,7 +145,7 @@ __device__ __forceinline__ void load_patch(const ConvPoolParams& p, float* patch
 }
 
 // Weights of output channels co0.. and input channels c0.. as the [channel][k] B operand.
-template <typename T, MmaMode kMode>
+template <typename T>
 __device__ __forceinline__ void load_weights(const ConvPoolParams& p, float* wts, int co0, int c0, int tid) {
   for (int i = tid; i < kTileN * p.k_chunk; i += kThreads) {
     int nn, ck, ky;
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 3) conv_pool_stats_kernel(const Conv
   }
   const int k_pad = p.k_chunk_padded - p.k_chunk;
   for (int i = tid; i < kTileN * k_pad; i += kThreads) wts[(i / k_pad) * p.weight_ld + p.k_chunk + i % k_pad] = 0.f;
-  if (single_chunk) load_weights<T, kMode>(p, wts, co0, 0, tid);
+  if (single_chunk) load_weights<T>(p, wts, co0, 0, tid);
 
   // This thread's four A-fragment rows (pixels): their offsets into the patch.
   const int warp_m = warp % (kTileM / kWarpM), warp_n = warp / (kTileM / kWarpM);
@@ -230,14 +230,14 @@ __global__ void __launch_bounds__(kThreads, 3) conv_pool_stats_kernel(const Conv
     for (int c0 = 0; c0 < p.in_channels; c0 += p.chunk_channels) {
       __syncthreads();  // the previous chunk's MMAs (or the previous item's epilogue) are done with the buffers
       if (p.channels_fastest) {
-        load_patch<T, kMode, true>(p, patch, in_base, c0, ih0, iw0, tid);
+        load_patch<T, true>(p, patch, in_base, c0, ih0, iw0, tid);
       } else {
-        load_patch<T, kMode, false>(p, patch, in_base, c0, ih0, iw0, tid);
+        load_patch<T, false>(p, patch, in_base, c0, ih0, iw0, tid);
       }
       if (p.k_chunk_padded > p.k_chunk) {  // the zero plane (the epilogue tile overwrote it)
         for (int i = tid; i < patch_plane; i += kThreads) patch[patch_size + i] = 0.f;
       }
-      if (!single_chunk) load_weights<T, kMode>(p, wts, co0, c0, tid);
+      if (!single_chunk) load_weights<T>(p, wts, co0, c0, tid);
       __syncthreads();
 #pragma unroll 2
       for (int k0 = 0; k0 < p.k_chunk_padded; k0 += MmaTraits<kMode>::kStep) {
