@@ -136,7 +136,7 @@ struct MmaTile {
     }
   }
 
-  __device__ void stage(float* out, int /*tid*/) const {
+  __device__ void stage(float* out) const {
     constexpr int SP = conv_transpose_stage_pitch(BM);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -202,7 +202,7 @@ struct FmaTile {
     }
   }
 
-  __device__ void stage(T* out, int /*tid*/) const {
+  __device__ void stage(T* out) const {
     constexpr int SP = conv_transpose_stage_pitch(BM);
 #pragma unroll
     for (int i = 0; i < PI; ++i)
@@ -249,12 +249,8 @@ __device__ __forceinline__ BrickPosition brick_position(const ConvTransposeParam
 // so each thread rounds exactly the words its own copies wrote.
 template <class F>
 __device__ __forceinline__ void for_each_brick_position(const ConvTransposeParams& p, const TapGroup& tg, F&& f) {
-  const int volume = tg.extent[0] * tg.extent[1] * tg.extent[2];
-  if (static_cast<int>(threadIdx.x) >= volume) return;
-  BoxWalk<3> pos(tg.extent, threadIdx.x, kConvTransposeThreads);
-  for (int s = threadIdx.x; s < volume; s += kConvTransposeThreads, pos.advance()) {
-    f(brick_position(p, tg, pos.index[0], pos.index[1], pos.index[2]));
-  }
+  for_each_in_box(tg.extent, threadIdx.x, kConvTransposeThreads,
+                  [&](const int (&at)[3], int) { f(brick_position(p, tg, at[0], at[1], at[2])); });
 }
 
 // Paired bricks (16-bit inputs, p.paired_brick): each brick row in units of two columns x, x + 1 whose input column
@@ -265,12 +261,8 @@ template <class F>
 __device__ __forceinline__ void for_each_brick_pair(const ConvTransposeParams& p, const TapGroup& tg, F&& f) {
   const int odd = tg.origin[2] & 1;  // the parity of the brick's first input column
   const int extents[3] = {tg.extent[0], tg.extent[1], (tg.extent[2] + odd + 1) / 2};
-  const int units = extents[0] * extents[1] * extents[2];
-  if (static_cast<int>(threadIdx.x) >= units) return;
-  BoxWalk<3> at(extents, threadIdx.x, kConvTransposeThreads);
-  for (int s = threadIdx.x; s < units; s += kConvTransposeThreads, at.advance()) {
-    f(at.index[0], at.index[1], 2 * at.index[2] - odd);
-  }
+  for_each_in_box(extents, threadIdx.x, kConvTransposeThreads,
+                  [&](const int (&at)[3], int) { f(at[0], at[1], 2 * at[2] - odd); });
 }
 
 // A pair unit whose two columns are both in the brick and in the input: copied as pairs, then packed.
@@ -373,27 +365,23 @@ __device__ void load_weights(const ConvTransposeParams& p, typename Math::Word* 
   constexpr int kRowWords = kRowK * conv_transpose_weight_words(BN, Math::kTensorCore);  // a row in shared memory
   constexpr int kVectors = BN * kRowK * static_cast<int>(sizeof(Word)) / 16;          // a row's 16-byte copies
   static_assert(BN * sizeof(Word) % 16 == 0, "weight rows must be whole 16-byte vectors");
-  const int rows = p.chunk / kRowK;
-  const int extents[5] = {tg.j1[0] - tg.j0[0], tg.j1[1] - tg.j0[1], tg.j1[2] - tg.j0[2], rows, kVectors};
-  const int vectors = extents[0] * extents[1] * extents[2] * rows * kVectors;
+  const int extents[5] = {tg.j1[0] - tg.j0[0], tg.j1[1] - tg.j0[1], tg.j1[2] - tg.j0[2], p.chunk / kRowK, kVectors};
   const int64_t global_rows = p.cin_words / kRowK;  // rows per tap in the transformed weight
   const Word* w = static_cast<const Word*>(p.weight) +
                   (static_cast<int64_t>(grp) * p.kernel[0] * p.kernel[1] * p.kernel[2] * global_rows * p.cout_pad +
                    co_block * BN) * kRowK;
-  if (static_cast<int>(threadIdx.x) >= vectors) return;
   // Vector v of the pass: (tap jd, jh, jw of the group, row, 16-byte column).
-  BoxWalk<5> at(extents, threadIdx.x, kConvTransposeThreads);
-  for (int v = threadIdx.x; v < vectors; v += kConvTransposeThreads, at.advance()) {
-    const int kd = ph[0].k0 + (tg.j0[0] + at.index[0]) * p.tap_step[0];
-    const int kh = ph[1].k0 + (tg.j0[1] + at.index[1]) * p.tap_step[1];
-    const int kw = ph[2].k0 + (tg.j0[2] + at.index[2]) * p.tap_step[2];
+  for_each_in_box(extents, threadIdx.x, kConvTransposeThreads, [&](const int (&at)[5], int v) {
+    const int kd = ph[0].k0 + (tg.j0[0] + at[0]) * p.tap_step[0];
+    const int kh = ph[1].k0 + (tg.j0[1] + at[1]) * p.tap_step[1];
+    const int kw = ph[2].k0 + (tg.j0[2] + at[2]) * p.tap_step[2];
     const int row = v / kVectors;  // (tap of the group, row): the row in shared memory
-    const int64_t src = (static_cast<int64_t>((kd * p.kernel[1] + kh) * p.kernel[2] + kw) * global_rows +
-                         c0 / kRowK + at.index[3]) *
-                        p.cout_pad * kRowK;
-    cp_async_zfill<16>(reinterpret_cast<uint4*>(weights + row * kRowWords) + at.index[4],
-                       reinterpret_cast<const uint4*>(w + src) + at.index[4], true);
-  }
+    const int64_t src =
+        (static_cast<int64_t>((kd * p.kernel[1] + kh) * p.kernel[2] + kw) * global_rows + c0 / kRowK + at[3]) *
+        p.cout_pad * kRowK;
+    cp_async_zfill<16>(reinterpret_cast<uint4*>(weights + row * kRowWords) + at[4],
+                       reinterpret_cast<const uint4*>(w + src) + at[4], true);
+  });
 }
 
 // output[n, channels, o = q * s + r] = staged accumulators + bias, for the pixels and channels that exist.
@@ -559,7 +547,7 @@ __global__ void __launch_bounds__(kConvTransposeThreads, 2)  // two blocks an SM
       }
       __syncthreads();  // every warp is done with this stage: the next iteration's issue refills it
     }
-    tile.stage(stage, threadIdx.x);  // the barriers above: nobody reads the stages or the previous staging any more
+    tile.stage(stage);  // the barriers above: nobody reads the stages or the previous staging any more
     __syncthreads();
     store_tile<Math, BM, BN>(p, stage, n, grp, co_block, r, q0, ph);
   }

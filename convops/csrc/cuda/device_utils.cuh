@@ -77,6 +77,18 @@ struct BoxWalk {
   }
 };
 
+// Calls f(index, flat) for the flat indices start, start + stride, ... below the volume of a row-major box, with
+// their multi-index (BoxWalk): a thread's share of the box when start is its index and stride the thread count.
+template <int N, class F>
+__device__ __forceinline__ void for_each_in_box(const int (&extents)[N], int start, int stride, F&& f) {
+  int volume = 1;
+#pragma unroll
+  for (int d = 0; d < N; ++d) volume *= extents[d];
+  if (start >= volume) return;  // before BoxWalk's divisions
+  BoxWalk<N> at(extents, start, stride);
+  for (int flat = start; flat < volume; flat += stride, at.advance()) f(at.index, flat);
+}
+
 // fp32 -> tf32, rounded to nearest with ties to even, as the GEMM kernels behind PyTorch's TF32 convolutions round
 // their operands on Hopper (cuBLAS for 1x1 convolutions, cuDNN's sm90 dgrad kernels for transposed ones; measured
 // with tools/probe/tf32_single_product.py and tf32_ties.py). One fp32 value in 8192 is a tie, so the rule shows at
