@@ -83,10 +83,10 @@ def fused_kernel_takes(x, dw, pw, stride, padding, dilation) -> bool:
     chunks = -(-dw.shape[0] // 16)
     operand = 4 if x.dtype == torch.float32 else 2
     staged = 3 * 16 * (4 + k - 1) * (32 + 3 * vec) * x.element_size()
-    d_tile = 16 * (4 * (32 + (4 if operand == 4 else 8)) + 8) * operand
-    weights = 128 * (chunks * 16 + (4 if operand == 4 else 8)) * operand
+    d_tiles = 2 * 16 * (4 * (32 + (4 if operand == 4 else 8)) + 8) * operand  # double-buffered
+    weights = 128 * chunks * 16 * operand
     align = lambda b: -(-b // 16) * 16  # noqa: E731
-    total = sum(align(b) for b in (staged, d_tile, weights, chunks * 16 * k * k * 4, chunks * 16 * 4, 128 * 4))
+    total = sum(align(b) for b in (staged, d_tiles, weights, chunks * 16 * k * k * 4, chunks * 16 * 4, 128 * 4))
     return total <= 110 * 1024
 
 

@@ -72,7 +72,9 @@ def check() -> int:
             out = op(*args, pad)
             err = (out.float() - expect.float()).abs().max().item()
             scale = max(1.0, expect.float().abs().max().item())
-            tol = {"tf32": 1e-4, "fp32": 1e-4, "bf16": 3e-2, "fp16": 3e-3}[name] * scale
+            # Under TF32 eager's 1x1 is cuDNN's, with its own algorithm and operand rounding: two correct TF32
+            # results differ by ~1e-3 of the values (tests/ hold the fused kernel to 1e-5 against an exact reference).
+            tol = {"tf32": 5e-3, "fp32": 1e-4, "bf16": 3e-2, "fp16": 3e-3}[name] * scale
             ran = [n for n in kernels_run(lambda: op(*args, pad)) if "separable" in n or "depthwise" in n]
             fused = any("pipelined" in n for n in ran)
             status = "ok" if err <= tol else "FAIL"

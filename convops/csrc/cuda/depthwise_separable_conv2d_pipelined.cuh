@@ -16,11 +16,14 @@
 //     one computes.
 //   - Per job, each thread computes a run of 8 depthwise outputs of one channel from shared memory (fp32, bias then
 //     taps in (ky, kx) order as ATen does, so fp32 results are bitwise eager's) and stores them as the MMA's B
-//     operand [channel][pixel], rounded as the unfused ATen pair would see them (TF32 ties-to-even, or the input
-//     dtype).
+//     operand [channel][pixel] in one of two D buffers, rounded as the unfused ATen pair would see them (TF32
+//     ties-to-even, or the input dtype).
 //   - The pointwise GEMM C[cout][pixel] += W[cout][channel] * D[channel][pixel] accumulates in registers over the
-//     chunks: mma.sync m16n8k8 TF32 (TF32 allowed), three TF32 products per term (strict fp32: hi*hi + hi*lo +
-//     lo*hi keeps fp32 accuracy on tensor cores), or m16n8k16 fp16/bf16.
+//     chunks, starting from the pointwise bias: mma.sync m16n8k8 TF32 (TF32 allowed), three TF32 products per term
+//     (strict fp32: hi*hi + hi*lo + lo*hi keeps fp32 accuracy on tensor cores), or m16n8k16 fp16/bf16. The weights
+//     sit in shared memory in fragment order (one 16-byte load per A fragment).
+//   - One barrier a job: in the same phase the CTA computes job j's depthwise outputs into one D buffer and runs
+//     job j - 1's MMA from the other, so FFMA and HMMA work interleave across warps.
 //   - With couts as the MMA's M dimension, a thread's accumulators are pairs of adjacent pixels of one channel, so
 //     the epilogue writes 8-byte (fp32) or 4-byte (16-bit) pairs; four lanes cover 32 contiguous bytes.
 #pragma once
@@ -52,6 +55,7 @@ constexpr int kTileRows = 4, kTileCols = 32, kPixels = kTileRows * kTileCols;
 constexpr int kCoutTile = 128;
 constexpr int kChunk = 16;   // depthwise channels a job: two TF32 k8 steps or one 16-bit k16 step
 constexpr int kStages = 3;   // staged jobs: one computing, two in flight
+constexpr int kDBuffers = 2;  // depthwise outputs: one being written (job j), one read by the MMA (job j - 1)
 constexpr int kRunLength = 8;  // depthwise outputs a thread computes per job (kChunk * kPixels / kThreads)
 static_assert(kChunk * kPixels == kThreads * kRunLength, "one run of depthwise outputs per thread and job");
 
@@ -88,7 +92,6 @@ struct Params {
   int tiles_x, tiles_y;
   int64_t tiles;   // pixel tiles over the whole batch
   int chunks;      // ceil(mid_channels / kChunk)
-  int pitch_w;     // row pitch of the pointwise weights in shared memory (elements)
 };
 
 // Shared-memory carve-up, identical on host (launch size) and device.
@@ -97,12 +100,12 @@ struct Smem {
   using L = Layout<scalar_t, KH>;
   using op_t = operand_t<scalar_t, kMath>;
   size_t stages, d, w, dw_w, dw_b, pw_b, total;
-  __host__ __device__ Smem(int chunks, int pitch_w) {
+  __host__ __device__ explicit Smem(int chunks) {
     const size_t k_padded = size_t(chunks) * kChunk;
     stages = 0;
     d = stages + align(size_t(kStages) * L::kStageElems * sizeof(scalar_t));
-    w = d + align(size_t(kChunk) * L::kPitchD * sizeof(op_t));
-    dw_w = w + align(size_t(kCoutTile) * pitch_w * sizeof(op_t));
+    w = d + align(size_t(kDBuffers) * kChunk * L::kPitchD * sizeof(op_t));
+    dw_w = w + align(size_t(kCoutTile) * k_padded * sizeof(op_t));
     dw_b = dw_w + align(k_padded * KH * KW * sizeof(float));
     pw_b = dw_b + align(k_padded * sizeof(float));
     total = pw_b + align(kCoutTile * sizeof(float));
@@ -116,6 +119,19 @@ struct Tile {
   int oy0, ox0;
 };
 
+// A job's place in a CTA's stream, followed without dividing: its chunk of channels, its tile (the how-manieth of
+// the CTA's tiles) and the stage buffer that holds its input.
+struct JobCursor {
+  int chunk = 0, tile = 0, stage = 0;
+  __device__ __forceinline__ void advance(int chunks) {
+    if (++chunk == chunks) {
+      chunk = 0;
+      ++tile;
+    }
+    if (++stage == kStages) stage = 0;
+  }
+};
+
 template <typename scalar_t>
 __device__ __forceinline__ Tile tile_at(const Params<scalar_t>& p, int64_t t) {
   const int64_t per_image = int64_t{p.tiles_x} * p.tiles_y;
@@ -125,59 +141,69 @@ __device__ __forceinline__ Tile tile_at(const Params<scalar_t>& p, int64_t t) {
 }
 
 // The copies of a job's input rectangle: kChunk channels x kStagedRows rows x kStagedCols columns starting at
-// (oy0 - pad_h, ox0 - kVec) of the tile. Vector v of the rectangle is copied by thread v % kThreads (its slot
-// v / kThreads), so a thread's slots sit at the same place of every job's rectangle: their offsets from the
-// rectangle's corner are computed once, which rows and columns lie inside the image once per tile, and a job adds
-// only its channels. A vector lies wholly inside or outside the image (W is a multiple of kVec and so is ox0);
-// outside it is zero-filled, which is the convolution's padding.
+// (oy0 - pad_h, ox0 - kVec) of the tile, in 16-byte vectors. Thread t copies vector position t % kPerChannel of
+// channels t / kPerChannel + kGroups * s (slot s), so its copies differ only by whole channel planes: where they
+// land and where they are read from is one offset computed once per kernel plus multiples of constants; whether the
+// position lies inside the image is one test per tile; a job adds only its channels' offset. (An earlier version
+// gave a thread vectors at unrelated positions and recomputed them on every job: a fifth of the kernel's
+// instructions under ncu, and the registers that made it spill.) A vector lies wholly inside or outside the image
+// (W is a multiple of kVec and so is ox0); outside it is zero-filled, which is the convolution's padding.
 template <typename scalar_t, int KH>
 struct Stager {
   using L = Layout<scalar_t, KH>;
   static constexpr int kPerChannel = L::kStagedRows * L::kVectorsPerRow;
-  static constexpr int kVectors = kChunk * kPerChannel;
-  static constexpr int kSlots = (kVectors + kThreads - 1) / kThreads;
+  static_assert(kPerChannel <= kThreads, "one channel's vectors fit the block");
+  static constexpr int kGroups = kThreads / kPerChannel;  // channels copied side by side
+  static constexpr int kSlots = (kChunk + kGroups - 1) / kGroups;
+  static constexpr int kStageChannelStride = L::kStagedRows * L::kStagedPitch;
 
-  int offset[kSlots];  // element offset of the slot's vector within a channel plane, from the corner
-  int64_t corner;      // element offset of (n, channel 0, oy0 - pad_h, ox0 - kVec)
-  uint32_t inside;     // bit s: slot s's row and column lie inside the image
+  int group;        // the thread's first channel within a chunk; kGroups or more: the thread copies nothing
+  int dst;          // element offset of the thread's first vector within a stage
+  int src;          // element offset of that vector from the job's corner
+  bool inside;      // the thread's position lies inside the image (this tile)
+  int64_t corner;   // element offset of (n, channel 0, oy0 - pad_h, ox0 - kVec)
 
-  __device__ __forceinline__ static int vector_of(int slot) { return threadIdx.x + slot * kThreads; }
-  __device__ __forceinline__ static int row_of(int v) { return v % kPerChannel / L::kVectorsPerRow; }
-  __device__ __forceinline__ static int col_of(int v) { return v % kPerChannel % L::kVectorsPerRow * L::kVec; }
-
-  __device__ __forceinline__ explicit Stager(const Params<scalar_t>& p) : corner(0), inside(0) {
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      const int v = vector_of(s);
-      offset[s] = row_of(v) * p.in_w + col_of(v);
-    }
+  __device__ __forceinline__ explicit Stager(const Params<scalar_t>& p) : inside(false), corner(0) {
+    const int position = threadIdx.x % kPerChannel, row = position / L::kVectorsPerRow;
+    const int col = position % L::kVectorsPerRow * L::kVec;
+    // Threads past the last whole group copy nothing: their first channel is past every chunk's end.
+    group = threadIdx.x < kGroups * kPerChannel ? threadIdx.x / kPerChannel : kChunk;
+    dst = (group * L::kStagedRows + row) * L::kStagedPitch + col;
+    src = group * p.in_h * p.in_w + row * p.in_w + col;  // launch_separable_pipelined checks that this fits an int
   }
 
   __device__ __forceinline__ void set_tile(const Params<scalar_t>& p, const Tile& tile) {
     const int iy0 = tile.oy0 - p.pad_h, ix0 = tile.ox0 - L::kVec;
     corner = (tile.n * p.in_channels * p.in_h + iy0) * int64_t{p.in_w} + ix0;
-    inside = 0;
+    const int position = threadIdx.x % kPerChannel;
+    inside = static_cast<unsigned>(iy0 + position / L::kVectorsPerRow) < static_cast<unsigned>(p.in_h) &&
+             static_cast<unsigned>(ix0 + position % L::kVectorsPerRow * L::kVec) < static_cast<unsigned>(p.in_w);
+  }
+
+  __device__ __forceinline__ void issue(scalar_t* __restrict__ stage, const Params<scalar_t>& p, int chunk) const {
+    const int plane = p.in_h * p.in_w;
+    // Slot s copies channel group + kGroups * s of the chunk, if it is one of the chunk's existing channels.
+    const int channels = min(kChunk, p.mid_channels - chunk * kChunk) - group;
+    if (p.multiplier == 1) {
+      const scalar_t* base = p.input + (corner + int64_t{chunk} * kChunk * plane) + src;
 #pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      const int v = vector_of(s);
-      const bool ok = static_cast<unsigned>(iy0 + row_of(v)) < static_cast<unsigned>(p.in_h) &&
-                      static_cast<unsigned>(ix0 + col_of(v)) < static_cast<unsigned>(p.in_w);
-      inside |= static_cast<uint32_t>(ok) << s;
+      for (int s = 0; s < kSlots; ++s) {
+        if (kGroups * s >= channels) break;
+        copy(stage, s, inside ? base + kGroups * s * plane : p.input);
+      }
+    } else {  // channel c of the intermediate reads input channel c / multiplier
+      const scalar_t* base = p.input + corner + (src - group * plane);
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        if (kGroups * s >= channels) break;
+        const int c = chunk * kChunk + group + kGroups * s;
+        copy(stage, s, inside ? base + int64_t{c / p.multiplier} * plane : p.input);
+      }
     }
   }
 
-  __device__ __forceinline__ void issue(scalar_t* __restrict__ dst, const Params<scalar_t>& p, int chunk) const {
-    const int64_t plane = int64_t{p.in_h} * p.in_w;
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      const int v = vector_of(s);
-      if (kVectors % kThreads != 0 && v >= kVectors) break;
-      const int k = v / kPerChannel, c = chunk * kChunk + k;
-      const bool valid = ((inside >> s) & 1u) != 0 && c < p.mid_channels;
-      const int ci = p.multiplier == 1 ? c : c / p.multiplier;
-      const scalar_t* src = valid ? p.input + corner + ci * plane + offset[s] : p.input;
-      cp_async_zfill<16>(dst + (k * L::kStagedRows + row_of(v)) * L::kStagedPitch + col_of(v), src, valid);
-    }
+  __device__ __forceinline__ void copy(scalar_t* __restrict__ stage, int s, const scalar_t* from) const {
+    cp_async_zfill<16>(stage + dst + kGroups * s * kStageChannelStride, from, inside);
   }
 };
 
@@ -233,7 +259,7 @@ __device__ __forceinline__ void depthwise_run(operand_t<scalar_t, kMath>* __rest
     for (int i = 0; i < kRunLength; ++i) acc[i] = b;
     const scalar_t* src =
         staged + (k * L::kStagedRows + r) * L::kStagedPitch + run * kRunLength + kFirst / V * V;
-#pragma unroll 1  // one row's window live at a time (registers: the MMA accumulators take 64)
+#pragma unroll 1  // one row's window live at a time (unrolled, the compiler shuffles windows: 9% more instructions)
     for (int ky = 0; ky < KH; ++ky) {
       float values[kVectors * V];
 #pragma unroll
@@ -270,22 +296,43 @@ __device__ __forceinline__ uint32_t pack_pair(half_t lo, half_t hi) {
   return static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(hi.x) << 16);
 }
 
+// Place of pointwise weight (cout cl, channel k) in shared memory: in the order of the MMA's A fragments, so that a
+// lane loads its whole fragment (a0..a3) with one 16-byte load. Per k-step (8 TF32 or 16 half channels) and block of
+// 16 couts, lane 4g + t holds (cout g, k-half 0), (g + 8, 0), (g, 1), (g + 8, 1); a k-half is channel t (+ 4) for
+// TF32, channels 2t, 2t + 1 (+ 8) for 16-bit.
+template <Math kMath>
+__host__ __device__ __forceinline__ int weight_index(int cl, int k) {
+  constexpr int kStep = kMath == Math::kHalf ? 16 : 8;  // channels a k-step
+  constexpr int kPerWord = kMath == Math::kHalf ? 2 : 1;
+  const int j = k % kStep, half = j / (kStep / 2), t = j % (kStep / 2) / kPerWord;
+  const int g = cl % 8, e = cl % 16 / 8 + 2 * half;
+  const int fragment = (k / kStep * (kCoutTile / 16) + cl / 16) * 32 + g * 4 + t;
+  return (fragment * 4 + e) * kPerWord + j % kPerWord;
+}
+
+// The lane's A fragment of k-step `step` and cout block (16 couts) `block`, in the order of weight_index.
+template <typename op_t>
+__device__ __forceinline__ uint4 a_fragment(const op_t* __restrict__ w, int step, int block, int lane) {
+  constexpr int kPerWord = 4 / static_cast<int>(sizeof(op_t));
+  return *reinterpret_cast<const uint4*>(w + ((step * (kCoutTile / 16) + block) * 32 + lane) * 4 * kPerWord);
+}
+
 // The job's GEMM: warp (wm, wn) owns couts [64 wm, 64 wm + 64) x pixels [32 wn, 32 wn + 32) (tile row wn), as
-// 4 x 4 m16n8 tiles; k0 is the job's first channel within the weight rows.
+// 4 x 4 m16n8 tiles; chunk is the job's chunk of channels.
 template <typename scalar_t, Math kMath>
 __device__ __forceinline__ void mma_job(float (&acc)[4][4][4], const operand_t<scalar_t, kMath>* __restrict__ w,
-                                        const operand_t<scalar_t, kMath>* __restrict__ d, int pitch_w, int k0,
-                                        int wm, int wn, int lane, int pitch_d, int row_pitch_d) {
+                                        const operand_t<scalar_t, kMath>* __restrict__ d, int chunk, int wm, int wn,
+                                        int lane, int pitch_d, int row_pitch_d) {
   const int g = lane / 4, t = lane % 4;
   if constexpr (kMath == Math::kHalf) {
     uint32_t a[4][4], b[4][2];
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt) {
-      const scalar_t* row = w + (wm * 64 + mt * 16 + g) * pitch_w + k0 + 2 * t;
-      a[mt][0] = *reinterpret_cast<const uint32_t*>(row);
-      a[mt][1] = *reinterpret_cast<const uint32_t*>(row + 8 * pitch_w);
-      a[mt][2] = *reinterpret_cast<const uint32_t*>(row + 8);
-      a[mt][3] = *reinterpret_cast<const uint32_t*>(row + 8 * pitch_w + 8);
+      const uint4 f = a_fragment(w, chunk, wm * 4 + mt, lane);  // one k16 step a chunk
+      a[mt][0] = f.x;
+      a[mt][1] = f.y;
+      a[mt][2] = f.z;
+      a[mt][3] = f.w;
     }
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
@@ -310,11 +357,11 @@ __device__ __forceinline__ void mma_job(float (&acc)[4][4][4], const operand_t<s
       float a[4][4], b[4][2];
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt) {
-        const float* row = w + (wm * 64 + mt * 16 + g) * pitch_w + k0 + ks + t;
-        a[mt][0] = row[0];
-        a[mt][1] = row[8 * pitch_w];
-        a[mt][2] = row[4];
-        a[mt][3] = row[8 * pitch_w + 4];
+        const uint4 f = a_fragment(w, chunk * 2 + ks / 8, wm * 4 + mt, lane);  // two k8 steps a chunk
+        a[mt][0] = __uint_as_float(f.x);
+        a[mt][1] = __uint_as_float(f.y);
+        a[mt][2] = __uint_as_float(f.z);
+        a[mt][3] = __uint_as_float(f.w);
       }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
@@ -360,43 +407,73 @@ __device__ __forceinline__ void mma_job(float (&acc)[4][4][4], const operand_t<s
 }
 
 template <typename scalar_t>
-__device__ __forceinline__ void store_pair(scalar_t* dst, float v0, float v1, bool both, bool aligned) {
-  if (both && aligned) {
-    if constexpr (std::is_same_v<scalar_t, float>) {
-      __stcs(reinterpret_cast<float2*>(dst), make_float2(v0, v1));
-    } else {
-      const scalar_t h0 = static_cast<scalar_t>(v0), h1 = static_cast<scalar_t>(v1);
-      __stcs(reinterpret_cast<unsigned int*>(dst), pack_pair(h0, h1));
-    }
-    return;
+__device__ __forceinline__ void store_pair(scalar_t* dst, float v0, float v1) {
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    __stcs(reinterpret_cast<float2*>(dst), make_float2(v0, v1));
+  } else {
+    __stcs(reinterpret_cast<unsigned int*>(dst), pack_pair(static_cast<scalar_t>(v0), static_cast<scalar_t>(v1)));
   }
-  dst[0] = static_cast<scalar_t>(v0);
-  if (both) dst[1] = static_cast<scalar_t>(v1);
 }
 
-// The tile's outputs: acc + pointwise bias, couts co0 + ..., written as pixel pairs.
+// The accumulators of a new tile start at the pointwise bias (pw_b: the CTA's couts), so that the epilogue only
+// stores.
+__device__ __forceinline__ void start_accumulators(float (&acc)[4][4][4], const float* __restrict__ pw_b, int wm,
+                                                   int lane) {
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {
+    const float b0 = pw_b[wm * 64 + mt * 16 + lane / 4], b1 = pw_b[wm * 64 + mt * 16 + lane / 4 + 8];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      acc[mt][nt][0] = acc[mt][nt][1] = b0;
+      acc[mt][nt][2] = acc[mt][nt][3] = b1;
+    }
+  }
+}
+
+// The tile's outputs (the accumulators, which include the pointwise bias), couts co0 + ..., written as pixel pairs.
 template <typename scalar_t>
 __device__ __forceinline__ void store_tile(const Params<scalar_t>& p, const Tile& tile, int co0,
-                                           const float (&acc)[4][4][4], const float* __restrict__ pw_b, int wm,
-                                           int wn, int lane) {
+                                           const float (&acc)[4][4][4], int wm, int wn, int lane) {
   const int g = lane / 4, t = lane % 4;
   const int oy = tile.oy0 + wn;
   if (oy >= p.out_h) return;
+  const int64_t plane = int64_t{p.out_h} * p.out_w;
+  const int cl0 = wm * 64 + g;  // the lane's first cout within the tile
+  scalar_t* const first = p.output + (tile.n * p.out_channels + co0 + cl0) * plane + oy * int64_t{p.out_w} +
+                          tile.ox0 + 2 * t;
+  // Nearly every tile lies wholly inside the output: then each store is at a fixed offset from the lane's first
+  // pixel and needs no test. (Testing every pair took a third of the kernel's instructions under ncu.)
+  if (tile.ox0 + kTileCols <= p.out_w && co0 + wm * 64 + 64 <= p.out_channels && p.out_w % 2 == 0) {
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        scalar_t* row = first + (mt * 16 + 8 * half) * plane;
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) store_pair(row + nt * 8, acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
+      }
+    }
+    return;
+  }
   const bool aligned = p.out_w % 2 == 0;  // pairs start at even columns
 #pragma unroll
   for (int mt = 0; mt < 4; ++mt) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int cl = wm * 64 + mt * 16 + g + 8 * half;  // cout within the tile
-      const int co = co0 + cl;
-      if (co >= p.out_channels) continue;
-      const float b = pw_b[cl];
-      scalar_t* row = p.output + ((tile.n * p.out_channels + co) * p.out_h + oy) * int64_t{p.out_w};
+      const int cl = cl0 + mt * 16 + 8 * half;  // cout within the tile
+      if (co0 + cl >= p.out_channels) continue;
+      scalar_t* row = first + (mt * 16 + 8 * half) * plane;
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int ox = tile.ox0 + nt * 8 + 2 * t;
         if (ox >= p.out_w) continue;
-        store_pair(row + ox, acc[mt][nt][2 * half] + b, acc[mt][nt][2 * half + 1] + b, ox + 1 < p.out_w, aligned);
+        const float v0 = acc[mt][nt][2 * half], v1 = acc[mt][nt][2 * half + 1];
+        if (ox + 1 < p.out_w && aligned) {
+          store_pair(row + nt * 8, v0, v1);
+        } else {
+          row[nt * 8] = static_cast<scalar_t>(v0);
+          if (ox + 1 < p.out_w) row[nt * 8 + 1] = static_cast<scalar_t>(v1);
+        }
       }
     }
   }
@@ -407,7 +484,7 @@ __global__ void __launch_bounds__(kThreads, 2) separable_pipelined_kernel(const 
   using L = Layout<scalar_t, KH>;
   using op_t = operand_t<scalar_t, kMath>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const Smem<scalar_t, KH, KW, kMath> s(p.chunks, p.pitch_w);
+  const Smem<scalar_t, KH, KW, kMath> s(p.chunks);
   scalar_t* stages = reinterpret_cast<scalar_t*>(smem_raw + s.stages);
   op_t* d = reinterpret_cast<op_t*>(smem_raw + s.d);
   op_t* w = reinterpret_cast<op_t*>(smem_raw + s.w);
@@ -419,17 +496,20 @@ __global__ void __launch_bounds__(kThreads, 2) separable_pipelined_kernel(const 
   const int64_t first_tile = blockIdx.x, tile_step = gridDim.x;
   if (first_tile >= p.tiles) return;
   const int jobs = static_cast<int>((p.tiles - first_tile + tile_step - 1) / tile_step) * p.chunks;
-  const auto tile_of_job = [&](int j) { return tile_at(p, first_tile + (j / p.chunks) * tile_step); };
+  const auto tile_of = [&](const JobCursor& job) { return tile_at(p, first_tile + job.tile * tile_step); };
 
   // Start the first jobs' copies, then load the parameters while they fly. stager follows the job being copied,
   // kStages - 1 ahead of the one being computed.
   Stager<scalar_t, KH> stager(p);
+  JobCursor copying, computing;
+  const auto copy_next = [&] {
+    if (copying.chunk == 0) stager.set_tile(p, tile_of(copying));
+    stager.issue(stages + copying.stage * L::kStageElems, p, copying.chunk);
+    copying.advance(p.chunks);
+  };
 #pragma unroll
   for (int j = 0; j < kStages - 1; ++j) {
-    if (j < jobs) {
-      if (j % p.chunks == 0) stager.set_tile(p, tile_of_job(j));
-      stager.issue(stages + j * L::kStageElems, p, j % p.chunks);
-    }
+    if (j < jobs) copy_next();
     cp_async_commit();
   }
   const int k_padded = p.chunks * kChunk;
@@ -438,7 +518,7 @@ __global__ void __launch_bounds__(kThreads, 2) separable_pipelined_kernel(const 
     const float v = co < p.out_channels && k < p.mid_channels
                         ? static_cast<float>(p.pw_weight[int64_t{co} * p.mid_channels + k])
                         : 0.0f;
-    w[cl * p.pitch_w + k] = to_operand<kMath, op_t>(v);
+    w[weight_index<kMath>(cl, k)] = to_operand<kMath, op_t>(v);
   }
   for (int i = threadIdx.x; i < p.mid_channels * KH * KW; i += kThreads) dw_w[i] = static_cast<float>(p.dw_weight[i]);
   for (int i = threadIdx.x; i < p.mid_channels; i += kThreads) {
@@ -451,50 +531,36 @@ __global__ void __launch_bounds__(kThreads, 2) separable_pipelined_kernel(const 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int wm = warp % 2, wn = warp / 2;
   const bool warp_has_couts = co0 + wm * 64 < p.out_channels;
-  float acc[4][4][4] = {};
-  for (int j = 0; j < jobs; ++j) {
-    // Job j's copies are complete (at most kStages - 2 younger groups pending), and every thread is done with the
-    // buffer the next copy overwrites (job j - 1's) and with D (job j - 1's MMA).
+  // Iteration j computes job j's depthwise outputs into one D buffer while the MMA consumes job j - 1's from the
+  // other, so the CUDA cores and the tensor cores have work in the same phase and one barrier a job suffices.
+  float acc[4][4][4];
+  JobCursor multiplying;  // the job whose MMA runs: one behind computing
+  for (int j = 0; j <= jobs; ++j) {
+    // Job j's copies are complete (at most kStages - 2 younger groups pending); every thread is done with the
+    // stage the next copy overwrites (job j - 1's), has written D for job j - 1, and is done reading job j - 2's.
     cp_async_wait<kStages - 2>();
     __syncthreads();
-    const int ahead = j + kStages - 1;
-    if (ahead < jobs) {
-      const int ahead_chunk = ahead % p.chunks;
-      if (ahead_chunk == 0) stager.set_tile(p, tile_of_job(ahead));
-      stager.issue(stages + ahead % kStages * L::kStageElems, p, ahead_chunk);
-    }
+    if (j + kStages - 1 < jobs) copy_next();
     cp_async_commit();  // possibly empty, so that the group count stays uniform
-    const int chunk = j % p.chunks;
-    depthwise_run<scalar_t, KH, KW, kMath>(d, stages + j % kStages * L::kStageElems, dw_w, dw_b, chunk,
-                                           p.mid_channels);
-    __syncthreads();
-    if (warp_has_couts) {
-      mma_job<scalar_t, kMath>(acc, w, d, p.pitch_w, chunk * kChunk, wm, wn, lane, L::kPitchD, L::kRowPitchD);
+    if (j < jobs) {
+      depthwise_run<scalar_t, KH, KW, kMath>(d + (j % kDBuffers) * kChunk * L::kPitchD,
+                                             stages + computing.stage * L::kStageElems, dw_w, dw_b, computing.chunk,
+                                             p.mid_channels);
+      computing.advance(p.chunks);
     }
-    if (chunk == p.chunks - 1) {
-      if (warp_has_couts) store_tile(p, tile_of_job(j), co0, acc, pw_b, wm, wn, lane);
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
-        }
-      }
-    }
+    if (j == 0 || !warp_has_couts) continue;
+    if (multiplying.chunk == 0) start_accumulators(acc, pw_b, wm, lane);
+    mma_job<scalar_t, kMath>(acc, w, d + ((j - 1) % kDBuffers) * kChunk * L::kPitchD, multiplying.chunk, wm, wn,
+                             lane, L::kPitchD, L::kRowPitchD);
+    if (multiplying.chunk == p.chunks - 1) store_tile(p, tile_of(multiplying), co0, acc, wm, wn, lane);
+    multiplying.advance(p.chunks);
   }
   cp_async_wait<0>();
 }
 
-// Row pitch of the pointwise weights in shared memory: the MMA's A-fragment reads then hit distinct banks.
-template <Math kMath>
-int weight_pitch(int chunks) {
-  return chunks * kChunk + (kMath == Math::kHalf ? 8 : 4);
-}
-
 template <typename scalar_t, int KH, int KW, Math kMath>
 bool launch(const Params<scalar_t>& p, cudaStream_t stream, bool dry_run) {
-  const Smem<scalar_t, KH, KW, kMath> s(p.chunks, p.pitch_w);
+  const Smem<scalar_t, KH, KW, kMath> s(p.chunks);
   // Two CTAs an SM on Hopper; on GPUs with less shared memory a block, whatever the device allows.
   const size_t max_smem = std::min<size_t>(110 * 1024, max_shared_memory_per_block());
   const int cout_tiles = (p.out_channels + kCoutTile - 1) / kCoutTile;
@@ -558,8 +624,8 @@ bool launch_separable_pipelined(const at::Tensor& input, const at::Tensor& dw_we
     for (const int64_t v : {d.in_h, d.in_w, d.out_h, d.out_w, d.out_channels, pw_weight.size(0)}) {
       if (v >= kIntMax / 8) return false;
     }
-    // The stager's per-slot offsets (row * W + column within a staged rectangle) are ints.
-    if ((d.kernel_h + kTileRows) * d.in_w + kTileCols + 2 * kVec >= kIntMax) return false;
+    // The stager's offsets (channel * H * W + row * W + column within a job's rectangle) are ints.
+    if ((kChunk + 1) * d.in_h * d.in_w + 2 * kVec >= kIntMax) return false;
     Params<scalar_t> p{};
     p.input = input.const_data_ptr<scalar_t>();
     p.dw_weight = dw_weight.const_data_ptr<scalar_t>();
@@ -583,13 +649,10 @@ bool launch_separable_pipelined(const at::Tensor& input, const at::Tensor& dw_we
     if (p.tiles * p.chunks >= kIntMax) return false;  // a CTA's job counter is an int
     if constexpr (std::is_same_v<scalar_t, float>) {
       if (tf32) {
-        p.pitch_w = weight_pitch<Math::kTf32>(p.chunks);
         return launch_for_filter<scalar_t, Math::kTf32>(p, d, stream, dry_run);
       }
-      p.pitch_w = weight_pitch<Math::kTf32x3>(p.chunks);
       return launch_for_filter<scalar_t, Math::kTf32x3>(p, d, stream, dry_run);
     } else {
-      p.pitch_w = weight_pitch<Math::kHalf>(p.chunks);
       return launch_for_filter<scalar_t, Math::kHalf>(p, d, stream, dry_run);
     }
   }
