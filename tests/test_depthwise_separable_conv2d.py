@@ -27,6 +27,10 @@ CASES = [
     (2, 3, 2, 1, 16, 31, (1, 3), (3, 2), (0, 1), (1, 2), True, False),
     (1, 17, 1, 20, 30, 30, (3, 3), (1, 1), (2, 2), (2, 2), True, True),
     (1, 1, 4, 64, 8, 70, (4, 4), (2, 3), (3, 2), (1, 1), False, False),
+    # Fused-kernel problems (contiguous NCHW) with whole 32-column tiles and 64-cout warp blocks, whose stores take
+    # the epilogue's unchecked path, beside ragged ones: a second chunk of 8 channels, a C_out tile of 8 (24 of 72).
+    (2, 24, 1, 136, 9, 64, (3, 3), (1, 1), (1, 1), (1, 1), True, True),
+    (1, 12, 2, 72, 7, 40, (5, 5), (1, 1), (2, 2), (1, 1), False, True),
 ]
 
 SAMPLED = [(case, DTYPES[i % len(DTYPES)], LAYOUTS[(i // len(DTYPES)) % len(LAYOUTS)])
