@@ -17,7 +17,8 @@ import torch.nn.functional as F  # noqa: E402
 import convops  # noqa: E402
 from bench.timing import bench_ms, rotating, rotation_count  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-from common_utils import round_tf32  # noqa: E402
+# The unfused pair in float64 with the operands rounded as a correct kernel sees them (TF32 under TF32).
+from test_depthwise_separable_conv2d import separable_reference  # noqa: E402
 
 convops.set_path_policy("convops")
 MODES = {"tf32": (torch.float32, True), "fp32": (torch.float32, False), "bf16": (torch.bfloat16, True),
@@ -27,15 +28,6 @@ MODES = {"tf32": (torch.float32, True), "fp32": (torch.float32, False), "bf16": 
 def eager(x, dw, db, pw, pb, pad):
     mid = F.conv2d(x, dw, db, 1, pad, 1, x.shape[1])
     return F.conv2d(mid, pw, pb)
-
-
-def tf32_reference(x, dw, db, pw, pb, pad):
-    """What a correct TF32 pair computes: eager's fp32 depthwise output and the pointwise weight rounded to TF32
-    (ties to even), the 1x1 in float64. Eager's own TF32 1x1 (cuDNN's algorithm and rounding) differs from it by
-    ~1e-3 of the values, so it is no reference at 1e-4."""
-    with torch.backends.cudnn.flags(allow_tf32=False):
-        mid = F.conv2d(x, dw, db, 1, pad, 1, x.shape[1])
-    return F.conv2d(round_tf32(mid).double(), round_tf32(pw).double(), None if pb is None else pb.double())
 
 
 def op(x, dw, db, pw, pb, pad):
@@ -81,9 +73,13 @@ def check() -> int:
             pad = (k - 1) // 2
             ran = [n for n in kernels_run(lambda: op(*args, pad)) if "separable" in n or "depthwise" in n]
             fused = any("pipelined" in n for n in ran)
-            # Under TF32 the unfused path's 1x1 computes what eager's does; the fused kernel what tf32_reference does.
-            expect = tf32_reference(*args, pad) if name == "tf32" and fused else eager(*args, pad)
+            # Under TF32 the unfused path's 1x1 is cuDNN's, as eager's is; the fused kernel computes the exact TF32 pair
+            # (eager's TF32 1x1 differs from that by ~1e-3 of the values, no reference at 1e-4).
             out = op(*args, pad)
+            if name == "tf32" and fused:
+                expect = separable_reference(*args, [1, 1], [pad, pad], [1, 1]).to(out.device)
+            else:
+                expect = eager(*args, pad)
             err = (out.float() - expect.float()).abs().max().item()
             scale = max(1.0, expect.float().abs().max().item())
             tol = {"tf32": 1e-4, "fp32": 1e-4, "bf16": 3e-2, "fp16": 3e-3}[name] * scale
