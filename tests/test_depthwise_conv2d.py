@@ -96,6 +96,52 @@ def test_cuda_seed_like_shape_matches_eager_bitwise_order():
                                F.conv2d(x, weight, bias, 1, 1, 1, groups=8), atol=1e-6, rtol=1e-6)
 
 
+def cuda_kernels_run(fn) -> set[str]:
+    """Names of the CUDA kernels that fn() launched (from the profiler)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.key for e in prof.key_averages()}
+
+
+# Row-streaming problems: (C_in, multiplier, H, W, kernel, padding) with rows a whole number of 16-byte vectors,
+# wide enough for one strip (128 fp32 / 256 16-bit columns) in every dtype. W 520 gives fp32 five strips (a block's
+# column group of four and a ragged one of one) and 16-bit three; W 1040 gives 16-bit five. Paddings: none, the
+# centred one, one off centre (outputs not aligned with input vectors) and one past the filter (bands of padding).
+STREAMING_CASES = [
+    (3, 1, 37, 520, 3, 0), (2, 2, 21, 520, 3, 1), (2, 1, 9, 1040, 3, 4),
+    (2, 1, 19, 520, 5, 2), (1, 2, 17, 1040, 5, 1), (2, 1, 6, 520, 5, 0),
+    (1, 1, 23, 520, 7, 3), (2, 1, 12, 1040, 7, 0), (1, 1, 8, 520, 7, 2),
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kernel", ["bulk", "rows"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", STREAMING_CASES, ids=lambda c: "c{}m{}_{}x{}_k{}p{}".format(*c))
+def test_cuda_row_streaming_kernels(monkeypatch, case, dtype, kernel):
+    """The bulk-copy kernel (sm_90) and the register-ring rows kernel, each forced: against float64, bitwise against
+    each other (the same fp32 sums in the same order), every output written."""
+    c, m, h, w, k, pad = case
+    if kernel == "bulk" and torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the bulk-copy kernel needs sm_90")
+    x = make_tensor((2, c, h, w), dtype, "cuda")
+    weight = make_tensor((c * m, 1, k, k), dtype, "cuda")
+    bias = make_tensor((c * m,), dtype, "cuda") if (h + k) % 2 else None
+    args = (x, weight, bias, [1, 1], [pad, pad], [1, 1])
+    monkeypatch.setenv("CONVOPS_DEPTHWISE_KERNEL", kernel)
+    poison_allocator("cuda", output_nbytes(x, weight, *args[3:]))
+    out = convops.depthwise_conv2d(*args)
+    assert_close(out, reference(torch_depthwise, *args))
+    # The bulk kernel declines 16-bit 7x7 filters (BulkConfig::kTakes); the general kernels answer instead.
+    both_take = dtype == torch.float32 or k < 7
+    ran = cuda_kernels_run(lambda: convops.depthwise_conv2d(*args))
+    assert any(f"depthwise_{kernel}_kernel" in name for name in ran) == (kernel == "rows" or both_take)
+    if both_take and torch.cuda.get_device_capability() >= (9, 0):
+        monkeypatch.setenv("CONVOPS_DEPTHWISE_KERNEL", "rows" if kernel == "bulk" else "bulk")
+        assert torch.equal(out, convops.depthwise_conv2d(*args))
+
+
 @pytest.mark.cuda
 def test_cuda_huge_dilation_uses_fallback():
     """An input rectangle too large for shared memory takes the direct kernel."""

@@ -7,6 +7,7 @@ strided inputs. It also checks the results against ATen, so a run that is clean 
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 
 import torch
@@ -40,6 +41,15 @@ def check(name, out, ref, tol):
     return ok
 
 
+def with_depthwise_kernel(kernel, fn, *args):
+    """fn(*args) with the depthwise dispatch restricted to one kernel (CONVOPS_DEPTHWISE_KERNEL, read every call)."""
+    os.environ["CONVOPS_DEPTHWISE_KERNEL"] = kernel
+    try:
+        return fn(*args)
+    finally:
+        del os.environ["CONVOPS_DEPTHWISE_KERNEL"]
+
+
 def cases():
     tol = {torch.float32: 1e-3, torch.float16: 1e-2, torch.bfloat16: 5e-2}
     for dtype, tf32, layout in itertools.product(tol, (True, False), ("contiguous", "channels_last", "strided")):
@@ -57,13 +67,20 @@ def cases():
             yield (f"separable k{k} s{s} p{p} d{d} m{m} {tag}",
                    lambda: torch.ops.convops.depthwise_separable_conv2d(x, w, b, pw, None, s, p, d),
                    lambda: F.conv2d(F.conv2d(x, w, b, s, p, d, groups=6), pw), tol[dtype])
-        if layout == "contiguous":  # the row-streaming kernel: contiguous NCHW, stride 1, W a multiple of 8
+        if layout == "contiguous":  # the row-streaming kernels: contiguous NCHW, stride 1, W a multiple of 8
             xr = rand(2, 6, 21, 40, dtype=dtype)
+            xw = rand(1, 3, 13, 520, dtype=dtype)  # wide enough for the bulk-copy and rows kernels in every dtype
             for k, p in [(3, 1), (3, 0), (5, 2), (7, 3), (7, 0)]:
                 w = rand(6, 1, k, k, dtype=dtype)
                 b = rand(6, dtype=dtype)
-                yield (f"depthwise rows k{k} p{p} {tag}", lambda: torch.ops.convops.depthwise_conv2d(xr, w, b, 1, p, 1),
+                yield (f"depthwise narrow k{k} p{p} {tag}",
+                       lambda: torch.ops.convops.depthwise_conv2d(xr, w, b, 1, p, 1),
                        lambda: F.conv2d(xr, w, b, 1, p, 1, groups=6), tol[dtype])
+                for kernel in ("bulk", "rows"):
+                    yield (f"depthwise {kernel} k{k} p{p} {tag}",
+                           lambda: with_depthwise_kernel(kernel, torch.ops.convops.depthwise_conv2d, xw, w[:3], b[:3],
+                                                         1, p, 1),
+                           lambda: F.conv2d(xw, w[:3], b[:3], 1, p, 1, groups=3), tol[dtype])
                 if p == (k - 1) // 2:  # the fused separable kernel: "same" padding, W a multiple of 16 bytes
                     pw = rand(130, 6, 1, 1, dtype=dtype)
                     yield (f"separable fused k{k} {tag}",

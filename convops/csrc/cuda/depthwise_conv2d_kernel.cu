@@ -18,6 +18,7 @@
 
 #include "common/checks.h"
 #include "cuda/depthwise_conv2d_launch.cuh"
+#include "cuda/depthwise_conv2d_bulk.cuh"
 #include "cuda/depthwise_conv2d_planes.cuh"
 #include "cuda/depthwise_conv2d_rows.cuh"
 #include "cuda/depthwise_stencil.cuh"
@@ -386,14 +387,15 @@ void check_coordinates_fit_int(const char* op, const DepthwiseGeometry& d) {
                 ") reach plane coordinates past the CUDA kernels' 32-bit range");
 }
 
-// Which NCHW kernel may run. Normally any (the dispatch below picks); CONVOPS_DEPTHWISE_KERNEL=rows|planes|tiled
+// Which NCHW kernel may run. Normally any (the dispatch below picks); CONVOPS_DEPTHWISE_KERNEL=bulk|rows|planes|tiled
 // restricts it, for measuring the kernels against each other (tools/dev_depthwise_planes.py). A kernel that does
 // not take the problem still falls through to the general ones.
-enum class KernelChoice { kAny, kRows, kPlanes, kTiled };
+enum class KernelChoice { kAny, kBulk, kRows, kPlanes, kTiled };
 
 KernelChoice kernel_choice() {
   const char* env = std::getenv("CONVOPS_DEPTHWISE_KERNEL");
   if (env == nullptr) return KernelChoice::kAny;
+  if (std::strcmp(env, "bulk") == 0) return KernelChoice::kBulk;
   if (std::strcmp(env, "rows") == 0) return KernelChoice::kRows;
   if (std::strcmp(env, "planes") == 0) return KernelChoice::kPlanes;
   if (std::strcmp(env, "tiled") == 0) return KernelChoice::kTiled;
@@ -414,9 +416,15 @@ void depthwise_conv2d_into(const at::Tensor& input, const at::Tensor& weight, co
   const KernelChoice choice = kernel_choice();
   const auto stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "convops_depthwise_conv2d", [&] {
-    // Contiguous NCHW: the row-streaming kernel (depthwise_conv2d_rows.cuh) for stride 1, 3x3 / 5x5 / 7x7 and rows
-    // that fill its warps; the plane-block kernel (depthwise_conv2d_planes.cuh) for the rest; then the general ones.
+    // Contiguous NCHW: the row-streaming kernels for stride 1, 3x3 / 5x5 / 7x7 and rows that fill their warps,
+    // fed by the bulk-copy engine (depthwise_conv2d_bulk.cuh, sm_90) or else from registers
+    // (depthwise_conv2d_rows.cuh); the plane-block kernel (depthwise_conv2d_planes.cuh) for the rest; then the
+    // general ones.
     const bool wide_rows = d.in_w >= rows_strip_columns<scalar_t>(d);
+    if ((choice == KernelChoice::kBulk || (choice == KernelChoice::kAny && wide_rows)) &&
+        launch_depthwise_bulk<scalar_t>(input, weight_c, bias_c, output, d, stream)) {
+      return;
+    }
     if ((choice == KernelChoice::kRows || (choice == KernelChoice::kAny && wide_rows)) &&
         launch_depthwise_rows<scalar_t>(input, weight_c, bias_c, output, d, stream)) {
       return;

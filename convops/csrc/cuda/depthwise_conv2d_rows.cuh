@@ -196,80 +196,50 @@ struct Window {
   static_assert(kExtraLeft + kExtraRight < 32, "halo wider than a warp");
 };
 
-// KH x KW filter; VEC elements per lane; P0: how many window columns lie left of a lane's first loaded column (the
-// padding that makes output columns line up with input columns, so 0 or (KW - 1) / 2); rows are loaded kDepth
-// steps ahead of their use.
-template <typename scalar_t, int KH, int KW, int P0, int VEC, int kDepth, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) depthwise_rows_kernel(const RowsParams<scalar_t> p) {
-  using E = Element<scalar_t>;
-  using Win = Window<scalar_t, KW, P0, VEC>;
-  constexpr int kPerWord = Win::kPerWord, NW = Win::NW;
-  constexpr int kWordLo = Win::kWordLo, kWords = Win::kWords;
-  constexpr int kExtraLeft = Win::kExtraLeft, kExtraRight = Win::kExtraRight;
+// The rows of one band of output rows: outputs oy0 .. oy0 + rows - 1 read input rows iy0 + t for steps t in
+// [0, steps); the steps in [t_lo, t_hi) read rows inside the image (none for a band that sees only padding).
+struct Band {
+  int oy0, rows, steps, iy0, t_lo, t_hi;
 
-  const int lane = threadIdx.x % 32;
-  const int64_t unit = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  if (unit >= p.units) return;  // whole warps only: the shuffles below need every lane
-  const int strip = static_cast<int>(unit % p.strips);
-  const int64_t plane_band = unit / p.strips;
-  const int band = static_cast<int>(plane_band % p.bands);
-  const int64_t plane = plane_band / p.bands;  // n * out_channels + co
-  const int64_t n = plane / p.out_channels;
-  const int co = static_cast<int>(plane - n * p.out_channels);
-  const int ci = co / p.multiplier;
+  __device__ __forceinline__ Band(int band, int band_rows, int out_h, int in_h, int pad_h, int kernel_h) {
+    oy0 = band * band_rows;
+    rows = min(band_rows, out_h - oy0);
+    steps = rows + kernel_h - 1;
+    iy0 = oy0 - pad_h;
+    t_lo = max(0, -iy0);
+    t_hi = max(t_lo, min(steps, in_h - iy0));
+  }
 
-  const scalar_t* __restrict__ in_plane =
-      p.input + (n * p.in_channels + ci) * (static_cast<int64_t>(p.in_h) * p.in_w);
-  scalar_t* __restrict__ out_plane = p.output + plane * (static_cast<int64_t>(p.out_h) * p.out_w);
+  __device__ __forceinline__ bool inside(int t) const {
+    return static_cast<unsigned>(t - t_lo) < static_cast<unsigned>(t_hi - t_lo);
+  }
+};
 
-  float w[KH][KW];
+// The KH x KW taps of output channel co, widened to fp32.
+template <typename scalar_t, int KH, int KW>
+__device__ __forceinline__ void load_filter(const scalar_t* __restrict__ weight, int co, float (&w)[KH][KW]) {
 #pragma unroll
   for (int ky = 0; ky < KH; ++ky) {
 #pragma unroll
     for (int kx = 0; kx < KW; ++kx) {
-      w[ky][kx] = static_cast<float>(p.weight[(static_cast<int64_t>(co) * KH + ky) * KW + kx]);
+      w[ky][kx] = static_cast<float>(weight[(static_cast<int64_t>(co) * KH + ky) * KW + kx]);
     }
   }
-  const float bias = p.bias != nullptr ? static_cast<float>(p.bias[co]) : 0.0f;
+}
 
-  // Columns: this lane loads input columns [col, col + VEC) and produces outputs [col + shift_w, ... + VEC). The
-  // warp's edge lanes also load the vector kExtraRight / kExtraLeft vectors beyond the strip and send it to the
-  // lanes on the other edge (a shuffle by d lanes wraps around the warp there).
-  const int x0 = p.x_start + strip * 32 * VEC;
-  const int col = x0 + lane * VEC;
-  const bool col_inside = col >= 0 && col < p.in_w;
-  const bool has_extra = lane < kExtraRight || lane >= 32 - kExtraLeft;
-  const int extra_col = x0 + (lane < kExtraRight ? 32 + lane : lane - 32) * VEC;
-  const bool extra_inside = has_extra && extra_col >= 0 && extra_col < p.in_w;
-
-  // Rows: the band's outputs oy0 .. oy0 + rows - 1 read input rows iy0 + t for steps t in [0, steps).
-  const int oy0 = band * p.band_rows;
-  const int rows = min(p.band_rows, p.out_h - oy0);
-  const int steps = rows + KH - 1;
-  const int iy0 = oy0 - p.pad_h;
-  // Steps whose row lies inside the image: t in [t_lo, t_hi) (empty for a band that sees only padding).
-  const int t_lo = max(0, -iy0), t_hi = max(t_lo, min(steps, p.in_h - iy0));
-  const auto row_inside = [&](int t) {
-    return static_cast<unsigned>(t - t_lo) < static_cast<unsigned>(t_hi - t_lo);
-  };
-
-  // Offsets inside the plane fit in int (plan_rows checks that a plane has fewer than 2^31 elements).
-  const scalar_t* __restrict__ own_src = in_plane + (col_inside ? col : 0);
-  const scalar_t* __restrict__ extra_src = in_plane + (extra_inside ? extra_col : 0);
-  const auto load_row = [&](int t, Words<NW>& own, Words<NW>& extra) {
-    const bool inside = row_inside(t);
-    const int offset = inside ? (iy0 + t) * p.in_w : 0;
-    own = inside && col_inside ? load_words<NW>(own_src + offset) : zero_words<NW>();
-    if constexpr (kExtraLeft + kExtraRight > 0) {
-      extra = inside && extra_inside ? load_words<NW>(extra_src + offset) : zero_words<NW>();
-    }
-  };
-
-  // ring[t % kDepth] holds input row t from step t - kDepth, which loads it, to step t, which uses it.
-  Words<NW> ring[kDepth], ring_extra[kDepth];
-#pragma unroll
-  for (int i = 0; i < kDepth; ++i) load_row(i, ring[i], ring_extra[i]);
-
+// One lane's walk down a band, shared by the kernels that stream rows (this one from registers,
+// depthwise_conv2d_bulk.cuh from shared memory). Each step t first runs before_step(t, j), then, for rows inside
+// the image, read_words(t, j, words) gives the lane's window words of input row t (Window::kWordLo .. kWordHi
+// around its own); j = t % kUnroll is a compile-time constant once the loop is unrolled, so that callers may index
+// register arrays with it. The lane adds the row into the KH output rows it feeds and stores each output row (VEC
+// columns from ox0) after its last input row.
+template <typename scalar_t, int KH, int KW, int P0, int VEC, int kUnroll, typename BeforeStep, typename ReadWords>
+__device__ __forceinline__ void convolve_band(const Band& band, const float (&w)[KH][KW], float bias,
+                                              scalar_t* __restrict__ out_plane, int out_w, int ox0,
+                                              BeforeStep&& before_step, ReadWords&& read_words) {
+  using E = Element<scalar_t>;
+  using Win = Window<scalar_t, KW, P0, VEC>;
+  static_assert(kUnroll % KH == 0, "t % KH must be a compile-time constant in the unrolled loop");
   // acc[s]: partial sums of the band's output row r with r % KH == s.
   float acc[KH][VEC];
 #pragma unroll
@@ -277,44 +247,26 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) depthwise_rows_kernel(co
 #pragma unroll
     for (int v = 0; v < VEC; ++v) acc[s][v] = 0.0f;
   }
-  const int ox0 = col + p.shift_w;
-  // The loop runs whole groups of kUnroll steps (a multiple of KH and of kDepth) so that t % KH and t % kDepth are
-  // compile-time constants; the steps past the band's end load, add and store nothing.
-  constexpr int kUnroll = KH % kDepth == 0 ? KH : KH * kDepth;
-  for (int t0 = 0; t0 < steps; t0 += kUnroll) {
+  // The loop runs whole groups of kUnroll steps; the steps past the band's end add and store nothing.
+  for (int t0 = 0; t0 < band.steps; t0 += kUnroll) {
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
       const int t = t0 + j;
-      const Words<NW> own = ring[j % kDepth], extra = ring_extra[j % kDepth];
-      load_row(t + kDepth, ring[j % kDepth], ring_extra[j % kDepth]);
-
+      before_step(t, j);
       // Output row t starts here: its first input row (ky = 0) is row t.
       float(&fresh)[VEC] = acc[j % KH];
 #pragma unroll
       for (int v = 0; v < VEC; ++v) fresh[v] = bias;
-      if (row_inside(t)) {
+      if (band.inside(t)) {
         // Warp-uniform: rows of padding add nothing (ATen skips them), and neither do steps past the band.
-        // The window words kWordLo .. kWordHi around this lane's own words: a word d vectors away comes from lane
-        // lane + d, or, past the warp's edge, from the extra vector of the lane the shuffle wraps around to.
-        uint32_t words[kWords];
-#pragma unroll
-        for (int k = 0; k < kWords; ++k) {
-          const int wo = kWordLo + k;
-          const int d = floor_div(wo, NW);
-          const int e = wo - d * NW;
-          if (d == 0) {
-            words[k] = own.w[e];
-          } else {
-            const bool send_extra = d > 0 ? lane < d : lane >= 32 + d;
-            words[k] = __shfl_sync(kFullMask, send_extra ? extra.w[e] : own.w[e], (lane + d) & 31);
-          }
-        }
+        uint32_t words[Win::kWords];
+        read_words(t, j, words);
         float window[Win::kColumns];
 #pragma unroll
         for (int i = 0; i < Win::kColumns; ++i) {
           const int o = i - P0;
-          const int wo = floor_div(o, kPerWord);
-          window[i] = E::to_float(words[wo - kWordLo], o - wo * kPerWord);
+          const int wo = floor_div(o, Win::kPerWord);
+          window[i] = E::to_float(words[wo - Win::kWordLo], o - wo * Win::kPerWord);
         }
         // Input row t feeds output row t - ky through tap row ky; each output gets its rows in ky order, its
         // columns in kx order. Slots of rows outside the band take harmless extra sums and are never stored.
@@ -330,12 +282,95 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) depthwise_rows_kernel(co
       }
       // Input row t was the last one output row r = t - (KH - 1) reads.
       const int r = t - (KH - 1);
-      if (static_cast<unsigned>(r) < static_cast<unsigned>(rows)) {
-        store_outputs<scalar_t, VEC>(out_plane + static_cast<int64_t>(oy0 + r) * p.out_w, ox0, p.out_w,
+      if (static_cast<unsigned>(r) < static_cast<unsigned>(band.rows)) {
+        store_outputs<scalar_t, VEC>(out_plane + static_cast<int64_t>(band.oy0 + r) * out_w, ox0, out_w,
                                      acc[(j + 1) % KH]);
       }
     }
   }
+}
+
+// KH x KW filter; VEC elements per lane; P0: how many window columns lie left of a lane's first loaded column (the
+// padding that makes output columns line up with input columns, so 0 or (KW - 1) / 2); rows are loaded kDepth
+// steps ahead of their use.
+template <typename scalar_t, int KH, int KW, int P0, int VEC, int kDepth, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) depthwise_rows_kernel(const RowsParams<scalar_t> p) {
+  using Win = Window<scalar_t, KW, P0, VEC>;
+  constexpr int NW = Win::NW;
+  constexpr int kWordLo = Win::kWordLo, kWords = Win::kWords;
+  constexpr int kExtraLeft = Win::kExtraLeft, kExtraRight = Win::kExtraRight;
+
+  const int lane = threadIdx.x % 32;
+  const int64_t unit = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (unit >= p.units) return;  // whole warps only: the shuffles below need every lane
+  const int strip = static_cast<int>(unit % p.strips);
+  const int64_t plane_band = unit / p.strips;
+  const int64_t plane = plane_band / p.bands;  // n * out_channels + co
+  const Band band(static_cast<int>(plane_band - plane * p.bands), p.band_rows, p.out_h, p.in_h, p.pad_h, KH);
+  const int64_t n = plane / p.out_channels;
+  const int co = static_cast<int>(plane - n * p.out_channels);
+  const int ci = co / p.multiplier;
+
+  const scalar_t* __restrict__ in_plane =
+      p.input + (n * p.in_channels + ci) * (static_cast<int64_t>(p.in_h) * p.in_w);
+  scalar_t* __restrict__ out_plane = p.output + plane * (static_cast<int64_t>(p.out_h) * p.out_w);
+
+  float w[KH][KW];
+  load_filter<scalar_t, KH, KW>(p.weight, co, w);
+  const float bias = p.bias != nullptr ? static_cast<float>(p.bias[co]) : 0.0f;
+
+  // Columns: this lane loads input columns [col, col + VEC) and produces outputs [col + shift_w, ... + VEC). The
+  // warp's edge lanes also load the vector kExtraRight / kExtraLeft vectors beyond the strip and send it to the
+  // lanes on the other edge (a shuffle by d lanes wraps around the warp there).
+  const int x0 = p.x_start + strip * 32 * VEC;
+  const int col = x0 + lane * VEC;
+  const bool col_inside = col >= 0 && col < p.in_w;
+  const bool has_extra = lane < kExtraRight || lane >= 32 - kExtraLeft;
+  const int extra_col = x0 + (lane < kExtraRight ? 32 + lane : lane - 32) * VEC;
+  const bool extra_inside = has_extra && extra_col >= 0 && extra_col < p.in_w;
+
+  // Offsets inside the plane fit in int (plan_rows checks that a plane has fewer than 2^31 elements).
+  const scalar_t* __restrict__ own_src = in_plane + (col_inside ? col : 0);
+  const scalar_t* __restrict__ extra_src = in_plane + (extra_inside ? extra_col : 0);
+  const auto load_row = [&](int t, Words<NW>& own, Words<NW>& extra) {
+    const bool inside = band.inside(t);
+    const int offset = inside ? (band.iy0 + t) * p.in_w : 0;
+    own = inside && col_inside ? load_words<NW>(own_src + offset) : zero_words<NW>();
+    if constexpr (kExtraLeft + kExtraRight > 0) {
+      extra = inside && extra_inside ? load_words<NW>(extra_src + offset) : zero_words<NW>();
+    }
+  };
+
+  // ring[t % kDepth] holds input row t from step t - kDepth, which loads it, to step t, which uses it.
+  Words<NW> ring[kDepth], ring_extra[kDepth];
+#pragma unroll
+  for (int i = 0; i < kDepth; ++i) load_row(i, ring[i], ring_extra[i]);
+  Words<NW> own, extra;
+
+  // kUnroll: a multiple of KH and of kDepth, so that t % kDepth is a compile-time constant too.
+  constexpr int kUnroll = KH % kDepth == 0 ? KH : KH * kDepth;
+  convolve_band<scalar_t, KH, KW, P0, VEC, kUnroll>(
+      band, w, bias, out_plane, p.out_w, col + p.shift_w,
+      [&](int t, int j) {
+        own = ring[j % kDepth], extra = ring_extra[j % kDepth];
+        load_row(t + kDepth, ring[j % kDepth], ring_extra[j % kDepth]);
+      },
+      [&](int, int, uint32_t(&words)[kWords]) {
+        // A word d vectors away comes from lane lane + d, or, past the warp's edge, from the extra vector of the
+        // lane the shuffle wraps around to.
+#pragma unroll
+        for (int k = 0; k < kWords; ++k) {
+          const int wo = kWordLo + k;
+          const int d = floor_div(wo, NW);
+          const int e = wo - d * NW;
+          if (d == 0) {
+            words[k] = own.w[e];
+          } else {
+            const bool send_extra = d > 0 ? lane < d : lane >= 32 + d;
+            words[k] = __shfl_sync(kFullMask, send_extra ? extra.w[e] : own.w[e], (lane + d) & 31);
+          }
+        }
+      });
 }
 
 // Per-filter choices. kVec: elements a lane loads per row, 16 bytes (8 for 16-bit 7x7, to bound the registers that
@@ -428,15 +463,6 @@ bool launch_rows_kernel(const at::Tensor& input, const at::Tensor& weight, const
   return true;
 }
 
-// P0 = 0 for unpadded ("valid") convolutions and (KW - 1) / 2 otherwise, so that the two common cases store
-// outputs at the alignment of the input loads; other paddings are handled too, with narrower stores.
-template <typename scalar_t, int KH, int KW>
-bool launch_rows_for_filter(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                            at::Tensor& output, const DepthwiseGeometry& d, cudaStream_t stream) {
-  if (d.pad_w == 0) return launch_rows_kernel<scalar_t, KH, KW, 0>(input, weight, bias, output, d, stream);
-  return launch_rows_kernel<scalar_t, KH, KW, (KW - 1) / 2>(input, weight, bias, output, d, stream);
-}
-
 }  // namespace rows
 
 // Input columns a warp of the row-streaming kernel covers for problem d's filter (32 lanes of one vector each); rows
@@ -449,6 +475,38 @@ int64_t rows_strip_columns(const DepthwiseGeometry& d) {
   return columns(rows::RowsConfig<scalar_t, 3, 3>{});
 }
 
+namespace rows {
+
+// Whether problem d is of the kind the row-streaming kernels take (this one and depthwise_conv2d_bulk.cuh): stride
+// 1, dilation 1, a 3x3, 5x5 or 7x7 filter, contiguous NCHW tensors, a non-empty output.
+inline bool streams_rows(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                         const at::Tensor& output, const DepthwiseGeometry& d) {
+  if (d.stride_h != 1 || d.stride_w != 1 || d.dilation_h != 1 || d.dilation_w != 1) return false;
+  if (d.kernel_h != d.kernel_w || (d.kernel_h != 3 && d.kernel_h != 5 && d.kernel_h != 7)) return false;
+  if (!input.is_contiguous() || !output.is_contiguous() || !weight.is_contiguous() ||
+      (bias.has_value() && bias->defined() && !bias->is_contiguous())) {
+    return false;
+  }
+  return output.numel() > 0 && d.out_h > 0 && d.out_w > 0;
+}
+
+// Calls launch(K, P0) (std::integral_constant values) for problem d's K x K filter, with P0 = 0 for unpadded
+// ("valid") convolutions and (K - 1) / 2 otherwise, so that the two common cases store outputs at the alignment of
+// the input loads (other paddings are handled too, with narrower stores). d must satisfy streams_rows.
+template <typename Launch>
+bool with_filter(const DepthwiseGeometry& d, Launch&& launch) {
+  const auto for_size = [&](auto k) {
+    constexpr int K = decltype(k)::value;
+    if (d.pad_w == 0) return launch(k, std::integral_constant<int, 0>{});
+    return launch(k, std::integral_constant<int, (K - 1) / 2>{});
+  };
+  if (d.kernel_h == 3) return for_size(std::integral_constant<int, 3>{});
+  if (d.kernel_h == 5) return for_size(std::integral_constant<int, 5>{});
+  return for_size(std::integral_constant<int, 7>{});
+}
+
+}  // namespace rows
+
 // Runs depthwise_conv2d on the row-streaming kernel and returns true, or returns false without doing anything when
 // the problem is not one it handles. weight and bias must be contiguous (as depthwise_conv2d_into makes them);
 // output must be non-empty.
@@ -459,22 +517,11 @@ bool launch_depthwise_rows(const at::Tensor& input, const at::Tensor& weight, co
                 !std::is_same_v<scalar_t, at::BFloat16>) {
     return false;
   } else {
-    if (d.stride_h != 1 || d.stride_w != 1 || d.dilation_h != 1 || d.dilation_w != 1) return false;
-    if (!input.is_contiguous() || !output.is_contiguous() || !weight.is_contiguous() ||
-        (bias.has_value() && bias->defined() && !bias->is_contiguous())) {
-      return false;
-    }
-    if (output.numel() == 0 || d.out_h <= 0 || d.out_w <= 0) return false;
-    if (d.kernel_h == 3 && d.kernel_w == 3) {
-      return rows::launch_rows_for_filter<scalar_t, 3, 3>(input, weight, bias, output, d, stream);
-    }
-    if (d.kernel_h == 5 && d.kernel_w == 5) {
-      return rows::launch_rows_for_filter<scalar_t, 5, 5>(input, weight, bias, output, d, stream);
-    }
-    if (d.kernel_h == 7 && d.kernel_w == 7) {
-      return rows::launch_rows_for_filter<scalar_t, 7, 7>(input, weight, bias, output, d, stream);
-    }
-    return false;
+    if (!rows::streams_rows(input, weight, bias, output, d)) return false;
+    return rows::with_filter(d, [&](auto k, auto p0) {
+      constexpr int K = decltype(k)::value;
+      return rows::launch_rows_kernel<scalar_t, K, K, decltype(p0)::value>(input, weight, bias, output, d, stream);
+    });
   }
 }
 
