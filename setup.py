@@ -31,8 +31,9 @@ def _use_cuda() -> bool:
     return torch.cuda.is_available() and CUDA_HOME is not None
 
 
-# Sources every build takes: the module itself and the path choice every op's CUDA entry consults.
-_SHARED_SOURCES = ("convops.cpp", "path_choice.cpp", "path_choice.cu")
+# Sources every build takes: the module itself, the path choice every op's CUDA entry consults, the bulk-copy host
+# helpers (tensor maps).
+_SHARED_SOURCES = ("convops.cpp", "path_choice.cpp", "path_choice.cu", "bulk_copy.cu")
 
 
 # Families whose files need another family's (by file-name prefix): the separable op runs the depthwise kernels as

@@ -90,7 +90,9 @@ def fused_kernel_takes(x, dw, pw, stride, padding, dilation) -> bool:
     d_tiles = 2 * 16 * (4 * (32 + (4 if operand == 4 else 8)) + 8) * operand  # double-buffered
     weights = 128 * chunks * 16 * operand
     align = lambda b: -(-b // 16) * 16  # noqa: E731
-    total = sum(align(b) for b in (staged, d_tiles, weights, chunks * 16 * k * k * 4, chunks * 16 * 4, 128 * 4))
+    barriers = 3 * 8  # one mbarrier a stage (box copies)
+    total = sum(align(b) for b in (staged, d_tiles, weights, chunks * 16 * k * k * 4, chunks * 16 * 4, 128 * 4,
+                                   barriers))
     return total <= 110 * 1024
 
 
@@ -301,3 +303,36 @@ def test_cuda_gradients_match_aten(case):
         for a, b in zip(ours[:5], theirs[:5]):
             if a is not None:
                 torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-4)
+
+
+_STAGE_BY_CP_ASYNC = """
+import sys, torch, convops
+convops.set_path_policy("convops")
+x, dw, db, pw, pb, params, tf32 = torch.load(sys.argv[1])
+torch.backends.cudnn.allow_tf32 = tf32
+torch.save(torch.ops.convops.depthwise_separable_conv2d(x, dw, db, pw, pb, *params).cpu(), sys.argv[2])
+"""
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype,tf32,kernel", [(torch.float32, True, 3), (torch.float32, False, 5),
+                                               (torch.bfloat16, True, 7)])
+def test_cuda_fused_box_copies_match_cp_async(tmp_path, dtype, tf32, kernel):
+    """On sm_90 the fused kernel stages its input (multiplier 1) by box copies of the bulk-copy engine; a process
+    with CONVOPS_BULK_COPIES=0 stages it by cp.async. The same bytes reach the same arithmetic: bitwise equal
+    outputs (edges included: top and bottom padding, a ragged last column tile and channel chunk)."""
+    import os
+    import subprocess
+    import sys
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("box copies need sm_90")
+    case = (2, 24, 1, 40, 13, 72, (kernel, kernel), (1, 1), (kernel // 2, kernel // 2), (1, 1), True, True)
+    x, dw, db, pw, pb, *params = make_problem(case, dtype, "cuda")
+    assert fused_kernel_takes(x, dw, pw, *params)
+    with allow_tf32(tf32):
+        boxes = convops.depthwise_separable_conv2d(x, dw, db, pw, pb, *params).cpu()
+    torch.save((x, dw, db, pw, pb, params, tf32), tmp_path / "inputs.pt")
+    env = {**os.environ, "CONVOPS_BULK_COPIES": "0"}
+    subprocess.run([sys.executable, "-c", _STAGE_BY_CP_ASYNC, str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt")],
+                   env=env, check=True, timeout=300)
+    assert torch.equal(boxes, torch.load(tmp_path / "out.pt"))

@@ -1,12 +1,19 @@
-// Hopper's bulk-copy engine (cp.async.bulk, sm_90) and the shared-memory mbarriers that its copies complete on: the
-// few PTX instructions a producer/consumer ring of shared-memory stages needs.
+// Hopper's bulk-copy engine (cp.async.bulk and its tensor form, sm_90) and the shared-memory mbarriers that its copies
+// complete on: the few PTX instructions a ring of shared-memory stages needs, and the host side (whether a kernel
+// may use them here, tensor maps).
 //
 // A "full" barrier per stage counts the bytes a copy brings (the producer's arrive.expect_tx sets them, the copy's
 // completion pays them); an "empty" barrier per stage counts the consumers that are done reading it. Waits name the
 // phase parity they wait for: fill i of a ring of S stages completes phase i / S of its stage's barrier.
 #pragma once
 
+#include <cuda.h>
+#include <cuda_runtime.h>
+
 #include <cstdint>
+#include <cstdlib>
+
+#include "cuda/device_info.h"
 
 namespace convops {
 namespace cuda {
@@ -73,6 +80,41 @@ __device__ __forceinline__ void copy_to_shared(void* dst, const void* src, uint3
       : "memory");
 #endif
 }
+
+// Copies the box of `tensor_map` at coordinates (x, y, z) (innermost first; parts outside the tensor read as zeros)
+// to shared memory (128-byte aligned); completion pays the box's bytes to `barrier`. tensor_map: the address of a
+// CUtensorMap in kernel-parameter (__grid_constant__), constant or global memory.
+__device__ __forceinline__ void copy_box_to_shared(void* dst, const CUtensorMap* tensor_map, int x, int y, int z,
+                                                   uint64_t* barrier) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];" ::"r"(shared_address(dst)),
+      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(x), "r"(y), "r"(z), "r"(shared_address(barrier))
+      : "memory");
+#endif
+}
+
+// Whether `kernel` may use bulk copies here: it was built for sm_90 or later and the current device runs it (a build
+// for older targets leaves a kernel's copies out, so it must not run), unless CONVOPS_BULK_COPIES=0 turns them off
+// (read once; for measuring the bulk-copy kernels against the ones they replace).
+template <typename Kernel>
+bool runs_bulk_copies(Kernel kernel) {
+  static const bool built = [kernel] {
+    const char* env = std::getenv("CONVOPS_BULK_COPIES");
+    if (env != nullptr && env[0] == '0') return false;
+    cudaFuncAttributes attributes{};
+    return cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess && attributes.ptxVersion >= 90 &&
+           attributes.binaryVersion >= 90;
+  }();
+  return built && device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
+}
+
+// Encodes a 3-D tensor map over `data` (dims and box innermost first, byte strides of dims 1 and 2), zero fill
+// outside, no swizzle. False where the driver lacks the entry point or rejects the map (the caller then copies
+// some other way).
+bool encode_tensor_map_3d(CUtensorMap* map, CUtensorMapDataType type, const void* data, const uint64_t (&dims)[3],
+                          const uint64_t (&strides)[2], const uint32_t (&box)[3]);
 
 }  // namespace bulk
 }  // namespace cuda

@@ -179,25 +179,13 @@ inline BulkShape bulk_shape_override() {
   return shape;
 }
 
-// Whether `kernel` was built for sm_90 or later and the current device runs it: the bulk copies and mbarriers
-// exist only there (a build for older targets leaves the kernel's copies out, so it must not run).
-template <typename Kernel>
-bool runs_bulk_copies(Kernel kernel) {
-  static const bool built = [kernel] {
-    cudaFuncAttributes attributes{};
-    return cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess && attributes.ptxVersion >= 90 &&
-           attributes.binaryVersion >= 90;
-  }();
-  return built && device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
-}
-
 template <typename scalar_t, int KH, int KW, int P0>
 bool launch_bulk_kernel(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                         at::Tensor& output, const DepthwiseGeometry& d, cudaStream_t stream) {
   using C = BulkConfig<scalar_t, KH, KW>;
   using Win = Window<scalar_t, KW, P0, C::kVec>;
   const auto kernel = depthwise_bulk_kernel<scalar_t, KH, KW, P0, C::kVec, C::kMinBlocks>;
-  if (!C::kTakes || !runs_bulk_copies(kernel)) return false;
+  if (!C::kTakes || !bulk::runs_bulk_copies(kernel)) return false;
   if (d.in_w < 32 * C::kVec) return false;  // a row narrower than one strip would leave lanes idle
   if (reinterpret_cast<uintptr_t>(input.const_data_ptr()) % 16 != 0) return false;
   std::optional<rows::RowsPlan<scalar_t>> plan = rows::plan_rows<scalar_t, KW, P0, C::kVec>(d, multiprocessor_count());

@@ -11,9 +11,10 @@
 //     for one tile of up to kCoutTile output channels, whose pointwise weights it loads into shared memory once,
 //     already rounded for the MMA.
 //   - The work is a stream of jobs (pixel tile, chunk of kChunk depthwise channels). A job's input rectangle
-//     (halo rows, and 16-byte aligned column vectors around the tile) is copied by 16-byte cp.async, zero-filled
-//     outside the image, kStages - 1 jobs ahead of its use, so the copies of the next jobs are in flight while this
-//     one computes.
+//     (halo rows, and 16-byte aligned column vectors around the tile) is copied kStages - 1 jobs ahead of its use,
+//     zero-filled outside the image, so the copies of the next jobs are in flight while this one computes: on sm_90
+//     with a channel multiplier of 1 as one box of the bulk-copy engine (one instruction of one thread, completing
+//     on the stage's mbarrier), elsewhere as 16-byte cp.async of every thread (Stager).
 //   - Per job, each thread computes a run of 8 depthwise outputs of one channel from shared memory (fp32, bias then
 //     taps in (ky, kx) order as ATen does, so fp32 results are bitwise eager's) and stores them as the MMA's B
 //     operand [channel][pixel] in one of two D buffers, rounded as the unfused ATen pair would see them (TF32
@@ -41,6 +42,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "cuda/bulk_copy.cuh"
 #include "cuda/device_info.h"
 #include "cuda/device_utils.cuh"
 #include "depthwise_conv2d.h"
@@ -92,6 +94,7 @@ struct Params {
   int tiles_x, tiles_y;
   int64_t tiles;   // pixel tiles over the whole batch
   int chunks;      // ceil(mid_channels / kChunk)
+  CUtensorMap input_map;  // the input as (W, H, N * C_in), boxes of one stage: the kernel's box copies only
 };
 
 // Shared-memory carve-up, identical on host (launch size) and device.
@@ -99,7 +102,7 @@ template <typename scalar_t, int KH, int KW, Math kMath>
 struct Smem {
   using L = Layout<scalar_t, KH>;
   using op_t = operand_t<scalar_t, kMath>;
-  size_t stages, d, w, dw_w, dw_b, pw_b, total;
+  size_t stages, d, w, dw_w, dw_b, pw_b, full, total;
   __host__ __device__ explicit Smem(int chunks) {
     const size_t k_padded = size_t(chunks) * kChunk;
     stages = 0;
@@ -108,7 +111,8 @@ struct Smem {
     dw_w = w + align(size_t(kCoutTile) * k_padded * sizeof(op_t));
     dw_b = dw_w + align(k_padded * KH * KW * sizeof(float));
     pw_b = dw_b + align(k_padded * sizeof(float));
-    total = pw_b + align(kCoutTile * sizeof(float));
+    full = pw_b + align(kCoutTile * sizeof(float));  // the stages' mbarriers (box copies)
+    total = full + align(kStages * sizeof(uint64_t));
   }
   __host__ __device__ static size_t align(size_t bytes) { return (bytes + 15) / 16 * 16; }
 };
@@ -479,11 +483,13 @@ __device__ __forceinline__ void store_tile(const Params<scalar_t>& p, const Tile
   }
 }
 
-template <typename scalar_t, int KH, int KW, Math kMath>
-__global__ void __launch_bounds__(kThreads, 2) separable_pipelined_kernel(const Params<scalar_t> p) {
+// kBoxCopies: stage each job's input as one box of the bulk-copy engine (p.input_map; sm_90, multiplier 1) rather
+// than by every thread's cp.async.
+template <typename scalar_t, int KH, int KW, Math kMath, bool kBoxCopies>
+__global__ void __launch_bounds__(kThreads, 2) separable_pipelined_kernel(const __grid_constant__ Params<scalar_t> p) {
   using L = Layout<scalar_t, KH>;
   using op_t = operand_t<scalar_t, kMath>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];  // box copies land at 128-byte aligned stages
   const Smem<scalar_t, KH, KW, kMath> s(p.chunks);
   scalar_t* stages = reinterpret_cast<scalar_t*>(smem_raw + s.stages);
   op_t* d = reinterpret_cast<op_t*>(smem_raw + s.d);
@@ -491,6 +497,7 @@ __global__ void __launch_bounds__(kThreads, 2) separable_pipelined_kernel(const 
   float* dw_w = reinterpret_cast<float*>(smem_raw + s.dw_w);
   float* dw_b = reinterpret_cast<float*>(smem_raw + s.dw_b);
   float* pw_b = reinterpret_cast<float*>(smem_raw + s.pw_b);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem_raw + s.full);  // stage i holds its job's box (box copies)
 
   const int co0 = blockIdx.y * kCoutTile;
   const int64_t first_tile = blockIdx.x, tile_step = gridDim.x;
@@ -503,14 +510,29 @@ __global__ void __launch_bounds__(kThreads, 2) separable_pipelined_kernel(const 
   Stager<scalar_t, KH> stager(p);
   JobCursor copying, computing;
   const auto copy_next = [&] {
-    if (copying.chunk == 0) stager.set_tile(p, tile_of(copying));
-    stager.issue(stages + copying.stage * L::kStageElems, p, copying.chunk);
+    if constexpr (kBoxCopies) {
+      if (threadIdx.x == 0) {
+        const Tile tile = tile_of(copying);
+        uint64_t* barrier = &full[copying.stage];
+        bulk::arrive_expect_bytes(barrier, L::kStageElems * sizeof(scalar_t));
+        bulk::copy_box_to_shared(stages + copying.stage * L::kStageElems, &p.input_map, tile.ox0 - L::kVec,
+                                 tile.oy0 - p.pad_h, static_cast<int>(tile.n * p.in_channels) + copying.chunk * kChunk,
+                                 barrier);
+      }
+    } else {
+      if (copying.chunk == 0) stager.set_tile(p, tile_of(copying));
+      stager.issue(stages + copying.stage * L::kStageElems, p, copying.chunk);
+    }
     copying.advance(p.chunks);
   };
+  if (kBoxCopies && threadIdx.x == 0) {  // the other threads first wait on them after the loop's first barrier
+    for (int i = 0; i < kStages; ++i) bulk::barrier_init(&full[i], 1);
+    bulk::fence_for_async_proxy();
+  }
 #pragma unroll
   for (int j = 0; j < kStages - 1; ++j) {
     if (j < jobs) copy_next();
-    cp_async_commit();
+    if constexpr (!kBoxCopies) cp_async_commit();
   }
   const int k_padded = p.chunks * kChunk;
   for (int i = threadIdx.x; i < kCoutTile * k_padded; i += kThreads) {
@@ -536,13 +558,16 @@ __global__ void __launch_bounds__(kThreads, 2) separable_pipelined_kernel(const 
   float acc[4][4][4];
   JobCursor multiplying;  // the job whose MMA runs: one behind computing
   for (int j = 0; j <= jobs; ++j) {
-    // Job j's copies are complete (at most kStages - 2 younger groups pending); every thread is done with the
-    // stage the next copy overwrites (job j - 1's), has written D for job j - 1, and is done reading job j - 2's.
-    cp_async_wait<kStages - 2>();
+    // Job j's copies are complete (cp.async: at most kStages - 2 younger groups pending; box copies: below); every
+    // thread is done with the stage the next copy overwrites (job j - 1's), has written D for job j - 1, and is
+    // done reading job j - 2's.
+    if constexpr (!kBoxCopies) cp_async_wait<kStages - 2>();
     __syncthreads();
     if (j + kStages - 1 < jobs) copy_next();
-    cp_async_commit();  // possibly empty, so that the group count stays uniform
+    if constexpr (!kBoxCopies) cp_async_commit();  // possibly empty, so that the group count stays uniform
     if (j < jobs) {
+      // Job j's box is fill j / kStages of its stage.
+      if constexpr (kBoxCopies) bulk::wait(&full[computing.stage], (j / kStages) & 1);
       depthwise_run<scalar_t, KH, KW, kMath>(d + (j % kDBuffers) * kChunk * L::kPitchD,
                                              stages + computing.stage * L::kStageElems, dw_w, dw_b, computing.chunk,
                                              p.mid_channels);
@@ -555,28 +580,50 @@ __global__ void __launch_bounds__(kThreads, 2) separable_pipelined_kernel(const 
     if (multiplying.chunk == p.chunks - 1) store_tile(p, tile_of(multiplying), co0, acc, wm, wn, lane);
     multiplying.advance(p.chunks);
   }
-  cp_async_wait<0>();
+  if constexpr (!kBoxCopies) cp_async_wait<0>();  // (every box was waited for)
+}
+
+// The input as a tensor map of boxes of one stage (kStagedPitch x kStagedRows x kChunk, at (ox0 - kVec, oy0 - pad_h,
+// n * C_in + first channel)), for the box copies.
+template <typename scalar_t, int KH>
+bool encode_input_map(Params<scalar_t>& p) {
+  using L = Layout<scalar_t, KH>;
+  const CUtensorMapDataType type = std::is_same_v<scalar_t, float>       ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : std::is_same_v<scalar_t, at::Half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                         : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const uint64_t w = p.in_w, h = p.in_h, planes = static_cast<uint64_t>(p.tiles / (int64_t{p.tiles_x} * p.tiles_y)) *
+                                                 static_cast<uint64_t>(p.in_channels);
+  const uint64_t row = w * sizeof(scalar_t);
+  if (planes + kChunk >= static_cast<uint64_t>(std::numeric_limits<int>::max())) return false;  // int box coordinates
+  return bulk::encode_tensor_map_3d(&p.input_map, type, p.input, {w, h, planes}, {row, row * h},
+                                    {static_cast<uint32_t>(L::kStagedPitch), static_cast<uint32_t>(L::kStagedRows),
+                                     static_cast<uint32_t>(kChunk)});
 }
 
 template <typename scalar_t, int KH, int KW, Math kMath>
-bool launch(const Params<scalar_t>& p, cudaStream_t stream, bool dry_run) {
+bool launch(Params<scalar_t>& p, cudaStream_t stream, bool dry_run) {
   const Smem<scalar_t, KH, KW, kMath> s(p.chunks);
   // Two CTAs an SM on Hopper; on GPUs with less shared memory a block, whatever the device allows.
   const size_t max_smem = std::min<size_t>(110 * 1024, max_shared_memory_per_block());
   const int cout_tiles = (p.out_channels + kCoutTile - 1) / kCoutTile;
   if (s.total > max_smem || cout_tiles > 65535) return false;  // 65535: the grid's y limit
   if (dry_run) return true;
-  auto kernel = separable_pipelined_kernel<scalar_t, KH, KW, kMath>;
+  // Box copies where the bulk-copy engine runs and a box is a run of input channels (multiplier 1).
+  const bool boxes = p.multiplier == 1 &&
+                     bulk::runs_bulk_copies(separable_pipelined_kernel<scalar_t, KH, KW, kMath, true>) &&
+                     encode_input_map<scalar_t, KH>(p);
+  auto kernel = boxes ? separable_pipelined_kernel<scalar_t, KH, KW, kMath, true>
+                      : separable_pipelined_kernel<scalar_t, KH, KW, kMath, false>;
   // The attribute is per device and holds for the process: set it once per device and instantiation (a driver
   // call on every launch costs microseconds on launch-bound layers).
-  static std::atomic<uint64_t> configured{0};
+  static std::atomic<uint64_t> configured[2]{};  // the cp.async and the box-copy kernel
   int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
   const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if ((configured.load(std::memory_order_relaxed) & bit) == 0 || bit == 0) {
+  if ((configured[boxes].load(std::memory_order_relaxed) & bit) == 0 || bit == 0) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(max_smem)));
-    configured.fetch_or(bit, std::memory_order_relaxed);
+    configured[boxes].fetch_or(bit, std::memory_order_relaxed);
   }
   const int64_t ctas = std::max<int64_t>(1, 2 * int64_t{multiprocessor_count()} / cout_tiles);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(p.tiles, ctas)), static_cast<unsigned>(cout_tiles));
@@ -586,7 +633,7 @@ bool launch(const Params<scalar_t>& p, cudaStream_t stream, bool dry_run) {
 }
 
 template <typename scalar_t, Math kMath>
-bool launch_for_filter(const Params<scalar_t>& p, const DepthwiseGeometry& d, cudaStream_t stream, bool dry_run) {
+bool launch_for_filter(Params<scalar_t>& p, const DepthwiseGeometry& d, cudaStream_t stream, bool dry_run) {
   if (d.kernel_h == 3 && d.kernel_w == 3) return launch<scalar_t, 3, 3, kMath>(p, stream, dry_run);
   if (d.kernel_h == 5 && d.kernel_w == 5) return launch<scalar_t, 5, 5, kMath>(p, stream, dry_run);
   if (d.kernel_h == 7 && d.kernel_w == 7) return launch<scalar_t, 7, 7, kMath>(p, stream, dry_run);
