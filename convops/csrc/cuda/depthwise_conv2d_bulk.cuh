@@ -221,17 +221,10 @@ bool launch_bulk_kernel(const at::Tensor& input, const at::Tensor& weight, const
 template <typename scalar_t>
 bool launch_depthwise_bulk(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                            at::Tensor& output, const DepthwiseGeometry& d, cudaStream_t stream) {
-  if constexpr (!std::is_same_v<scalar_t, float> && !std::is_same_v<scalar_t, at::Half> &&
-                !std::is_same_v<scalar_t, at::BFloat16>) {
-    return false;
-  } else {
-    if (!rows::streams_rows(input, weight, bias, output, d)) return false;
-    return rows::with_filter(d, [&](auto k, auto p0) {
-      constexpr int K = decltype(k)::value;
-      return bulk_rows::launch_bulk_kernel<scalar_t, K, K, decltype(p0)::value>(input, weight, bias, output, d,
-                                                                                  stream);
-    });
-  }
+  return rows::launch_streaming<scalar_t>(input, weight, bias, output, d, [&](auto k, auto p0) {
+    constexpr int K = decltype(k)::value;
+    return bulk_rows::launch_bulk_kernel<scalar_t, K, K, decltype(p0)::value>(input, weight, bias, output, d, stream);
+  });
 }
 
 }  // namespace depthwise

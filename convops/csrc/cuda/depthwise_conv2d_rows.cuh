@@ -490,19 +490,27 @@ inline bool streams_rows(const at::Tensor& input, const at::Tensor& weight, cons
   return output.numel() > 0 && d.out_h > 0 && d.out_w > 0;
 }
 
-// Calls launch(K, P0) (std::integral_constant values) for problem d's K x K filter, with P0 = 0 for unpadded
-// ("valid") convolutions and (K - 1) / 2 otherwise, so that the two common cases store outputs at the alignment of
-// the input loads (other paddings are handled too, with narrower stores). d must satisfy streams_rows.
-template <typename Launch>
-bool with_filter(const DepthwiseGeometry& d, Launch&& launch) {
-  const auto for_size = [&](auto k) {
-    constexpr int K = decltype(k)::value;
-    if (d.pad_w == 0) return launch(k, std::integral_constant<int, 0>{});
-    return launch(k, std::integral_constant<int, (K - 1) / 2>{});
-  };
-  if (d.kernel_h == 3) return for_size(std::integral_constant<int, 3>{});
-  if (d.kernel_h == 5) return for_size(std::integral_constant<int, 5>{});
-  return for_size(std::integral_constant<int, 7>{});
+// Calls launch(K, P0) (std::integral_constant values) and returns its answer where problem d is of the kind the
+// row-streaming kernels take (streams_rows, and fp32 / fp16 / bf16), or returns false. K x K is d's filter; P0 = 0
+// for unpadded ("valid") convolutions and (K - 1) / 2 otherwise, so that the two common cases store outputs at the
+// alignment of the input loads (other paddings are handled too, with narrower stores).
+template <typename scalar_t, typename Launch>
+bool launch_streaming(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                      const at::Tensor& output, const DepthwiseGeometry& d, Launch&& launch) {
+  if constexpr (!std::is_same_v<scalar_t, float> && !std::is_same_v<scalar_t, at::Half> &&
+                !std::is_same_v<scalar_t, at::BFloat16>) {
+    return false;
+  } else {
+    if (!streams_rows(input, weight, bias, output, d)) return false;
+    const auto for_size = [&](auto k) {
+      constexpr int K = decltype(k)::value;
+      if (d.pad_w == 0) return launch(k, std::integral_constant<int, 0>{});
+      return launch(k, std::integral_constant<int, (K - 1) / 2>{});
+    };
+    if (d.kernel_h == 3) return for_size(std::integral_constant<int, 3>{});
+    if (d.kernel_h == 5) return for_size(std::integral_constant<int, 5>{});
+    return for_size(std::integral_constant<int, 7>{});
+  }
 }
 
 }  // namespace rows
@@ -513,16 +521,10 @@ bool with_filter(const DepthwiseGeometry& d, Launch&& launch) {
 template <typename scalar_t>
 bool launch_depthwise_rows(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                            at::Tensor& output, const DepthwiseGeometry& d, cudaStream_t stream) {
-  if constexpr (!std::is_same_v<scalar_t, float> && !std::is_same_v<scalar_t, at::Half> &&
-                !std::is_same_v<scalar_t, at::BFloat16>) {
-    return false;
-  } else {
-    if (!rows::streams_rows(input, weight, bias, output, d)) return false;
-    return rows::with_filter(d, [&](auto k, auto p0) {
-      constexpr int K = decltype(k)::value;
-      return rows::launch_rows_kernel<scalar_t, K, K, decltype(p0)::value>(input, weight, bias, output, d, stream);
-    });
-  }
+  return rows::launch_streaming<scalar_t>(input, weight, bias, output, d, [&](auto k, auto p0) {
+    constexpr int K = decltype(k)::value;
+    return rows::launch_rows_kernel<scalar_t, K, K, decltype(p0)::value>(input, weight, bias, output, d, stream);
+  });
 }
 
 }  // namespace depthwise
