@@ -97,7 +97,9 @@ __device__ __forceinline__ void copy_box_to_shared(void* dst, const CUtensorMap*
 
 // Whether `kernel` may use bulk copies here: it was built for sm_90 or later and the current device runs it (a build
 // for older targets leaves a kernel's copies out, so it must not run), unless CONVOPS_BULK_COPIES=0 turns them off
-// (read once; for measuring the bulk-copy kernels against the ones they replace).
+// (read once; for measuring the bulk-copy kernels against the ones they replace). The build check is made once per
+// kernel signature (the first kernel of that type asked about answers for all): every kernel of the extension is
+// compiled for the same TORCH_CUDA_ARCH_LIST, so kernels of one signature share the answer.
 template <typename Kernel>
 bool runs_bulk_copies(Kernel kernel) {
   static const bool built = [kernel] {
