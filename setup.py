@@ -6,7 +6,8 @@ Environment:
   CONVOPS_OPS=a,b   build only the op families whose files start with these names (for quick kernel work on the
                     GPU machine; a normal build takes every op)
   DEBUG=1           -O0 -g instead of release flags
-  TORCH_CUDA_ARCH_LIST, MAX_JOBS   respected as by torch.utils.cpp_extension
+  TORCH_CUDA_ARCH_LIST, MAX_JOBS   respected as by torch.utils.cpp_extension, except that compute capability 9.0
+                    is built for sm_90a (see _hopper_as_sm90a)
 """
 import glob
 import os
@@ -50,6 +51,28 @@ def _selected(paths):
     return [p for p in paths if os.path.basename(p) in _SHARED_SOURCES or os.path.basename(p).startswith(tuple(only))]
 
 
+def _hopper_as_sm90a():
+    """Builds compute capability 9.0 as the arch-specific target sm_90a: its machine code runs on every 9.0 GPU
+    (H100, H200, GH200) and has wgmma, which the fused separable kernel uses (plain sm_90 code would carry only
+    mma.sync). Where 9.0 asks for PTX too, the portable compute_90 PTX is kept. Returns extra nvcc flags."""
+    requested = os.getenv("TORCH_CUDA_ARCH_LIST")
+    if requested is None:  # torch would take the visible GPUs' capabilities: do so here, to rewrite them
+        if not torch.cuda.is_available():
+            return []
+        capabilities = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+        requested = ";".join(f"{major}.{minor}" for major, minor in capabilities)
+    arches, flags = [], []
+    for arch in requested.replace(" ", ";").split(";"):
+        if arch in ("9.0", "9.0+PTX"):
+            arches.append("9.0a")
+            if arch.endswith("+PTX"):
+                flags.append("-gencode=arch=compute_90,code=compute_90")
+        elif arch:
+            arches.append(arch)
+    os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(arches)
+    return flags
+
+
 def _extension():
     debug = _flag("DEBUG")
     opt = ["-O0", "-g"] if debug else ["-O3", "-DNDEBUG"]
@@ -60,7 +83,7 @@ def _extension():
         return CppExtension("convops._C", sources, include_dirs=[os.path.join(ROOT, CSRC)],
                             extra_compile_args={"cxx": cxx})
     sources += _selected(sorted(glob.glob(os.path.join(CSRC, "cuda", "*.cu"))))
-    nvcc = opt + ["--expt-relaxed-constexpr", "-lineinfo", "-Xptxas=-warn-spills"]
+    nvcc = opt + ["--expt-relaxed-constexpr", "-lineinfo", "-Xptxas=-warn-spills"] + _hopper_as_sm90a()
     nvcc += [f for f in os.getenv("NVCC_FLAGS", "").split() if f]
     return CUDAExtension("convops._C", sources, include_dirs=[os.path.join(ROOT, CSRC)],
                          define_macros=[("CONVOPS_WITH_CUDA", None)],

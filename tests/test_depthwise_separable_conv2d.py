@@ -305,7 +305,9 @@ def test_cuda_gradients_match_aten(case):
                 torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-4)
 
 
-_STAGE_BY_CP_ASYNC = """
+# Runs the fused kernel on saved inputs in a fresh process, whose environment picks the variant (the launcher reads
+# its switches once a process).
+_RUN_FUSED_KERNEL = """
 import sys, torch, convops
 convops.set_path_policy("convops")
 x, dw, db, pw, pb, params, tf32 = torch.load(sys.argv[1])
@@ -333,6 +335,28 @@ def test_cuda_fused_box_copies_match_cp_async(tmp_path, dtype, tf32, kernel):
         boxes = convops.depthwise_separable_conv2d(x, dw, db, pw, pb, *params).cpu()
     torch.save((x, dw, db, pw, pb, params, tf32), tmp_path / "inputs.pt")
     env = {**os.environ, "CONVOPS_BULK_COPIES": "0"}
-    subprocess.run([sys.executable, "-c", _STAGE_BY_CP_ASYNC, str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt")],
+    subprocess.run([sys.executable, "-c", _RUN_FUSED_KERNEL, str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt")],
                    env=env, check=True, timeout=300)
     assert torch.equal(boxes, torch.load(tmp_path / "out.pt"))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype,tf32,kernel", [(torch.float32, True, 3), (torch.bfloat16, True, 5),
+                                               (torch.float16, True, 7)])
+def test_cuda_fused_mma_sync_fallback(tmp_path, dtype, tf32, kernel):
+    """Where the build has sm_90a code the fused kernel runs its 1x1 on wgmma; elsewhere (other GPUs, plain sm_90
+    builds) on mma.sync, which CONVOPS_SEPARABLE_MMA=sync forces. Both match the reference (edges included)."""
+    import os
+    import subprocess
+    import sys
+    case = (2, 40, 1, 72, 13, 72, (kernel, kernel), (1, 1), (kernel // 2, kernel // 2), (1, 1), True, True)
+    args = make_problem(case, dtype, "cuda")
+    assert fused_kernel_takes(args[0], args[1], args[3], *args[5:])
+    expected = separable_reference(*args)
+    with allow_tf32(tf32):
+        assert_close(convops.depthwise_separable_conv2d(*args), expected)
+    torch.save((*args[:5], args[5:], tf32), tmp_path / "inputs.pt")
+    env = {**os.environ, "CONVOPS_SEPARABLE_MMA": "sync"}
+    subprocess.run([sys.executable, "-c", _RUN_FUSED_KERNEL, str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt")],
+                   env=env, check=True, timeout=300)
+    assert_close(torch.load(tmp_path / "out.pt"), expected)

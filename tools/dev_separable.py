@@ -3,9 +3,11 @@
 
     python tools/dev_separable.py check   # fused-kernel shapes vs eager in every mode (and which kernel ran)
     python tools/dev_separable.py bench   # seed + W >= 112 sweep layers: eager, convops kernel, floor
+    python tools/dev_separable.py bench seed   # the seed only
 
 On sm_90 the fused kernel stages its input by box copies of the bulk-copy engine where the multiplier is 1 (check
-prints "fused/box"); CONVOPS_BULK_COPIES=0 makes it use cp.async everywhere, for timing the two.
+prints "fused/box"); CONVOPS_BULK_COPIES=0 makes it use cp.async everywhere, for timing the two. Where the build has
+sm_90a code the 1x1 runs on wgmma (TF32, 16-bit); CONVOPS_SEPARABLE_MMA=sync keeps it on mma.sync, for timing the two.
 """
 from __future__ import annotations
 
@@ -96,14 +98,14 @@ def check() -> int:
     return failures
 
 
-def bench() -> None:
+def bench(only_seed: bool = False) -> None:
     from tabulate import tabulate
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     print("card:", torch.cuda.get_device_name(), "| ms, do_bench median, inputs rotated past 3x L2")
     rows = []
     for name, shape, k, c_out in (("seed L1-86", (16, 64, 512, 512), 3, 128),
                                   ("mobilenet_v2 b32 c32 h112 o16", (32, 32, 112, 112), 3, 16),
-                                  ("mobilenet_v2 b1 c32 h112 o16", (1, 32, 112, 112), 3, 16)):
+                                  ("mobilenet_v2 b1 c32 h112 o16", (1, 32, 112, 112), 3, 16))[:1 if only_seed else 3]:
         for mode in ("tf32", "fp32", "bf16"):
             dtype, tf32 = MODES[mode]
             torch.backends.cudnn.allow_tf32 = tf32
@@ -159,7 +161,7 @@ if __name__ == "__main__":
     if what == "check":
         sys.exit(1 if check() else 0)
     elif what == "bench":
-        bench()
+        bench(only_seed=sys.argv[2:] == ["seed"])
     elif what == "ncu":
         ncu()
     elif what == "sanitize":

@@ -1,4 +1,4 @@
-"""Compile CUDA sources to sm_90 objects on a machine without a GPU, to catch compile errors and read the
+"""Compile CUDA sources to sm_90a objects on a machine without a GPU, to catch compile errors and read the
 register/spill report (-Xptxas -v) before spending device time.
 
     python tools/nvcc_check.py convops/csrc/cuda/depthwise_conv2d_kernel.cu [--verbose]
@@ -19,7 +19,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sources", nargs="+")
     parser.add_argument("--verbose", action="store_true", help="print ptxas resource usage")
-    parser.add_argument("--arch", default="90")
+    parser.add_argument("--arch", default="90a", help="90a as setup.py builds compute capability 9.0; 90 for the plain target")
     args = parser.parse_args()
     includes = cpp_extension.include_paths() + [os.path.join(ROOT, "convops", "csrc"), sysconfig.get_paths()["include"],
                                                   os.path.join(ROOT, "tools", "nvcc_shim")]

@@ -20,11 +20,16 @@
 //     operand [channel][pixel] in one of two D buffers, rounded as the unfused ATen pair would see them (TF32
 //     ties-to-even, or the input dtype).
 //   - The pointwise GEMM C[cout][pixel] += W[cout][channel] * D[channel][pixel] accumulates in registers over the
-//     chunks, starting from the pointwise bias: mma.sync m16n8k8 TF32 (TF32 allowed), three TF32 products per term
-//     (strict fp32: hi*hi + hi*lo + lo*hi keeps fp32 accuracy on tensor cores), or m16n8k16 fp16/bf16. The weights
-//     sit in shared memory in fragment order (one 16-byte load per A fragment).
+//     chunks. Where the machine code is sm_90a (setup.py builds compute capability 9.0 so), in TF32 (TF32 allowed)
+//     and 16-bit, it runs on wgmma: each warpgroup multiplies 64 couts by the tile's 128 pixels with both operands
+//     read from shared memory in wgmma's K-major layout (WarpgroupLayout), asynchronously beside the depthwise
+//     stage; the pointwise bias is added as the tile is stored. Elsewhere, and in strict fp32, on mma.sync, the sums
+//     starting from the bias: m16n8k8 TF32, three TF32 products per term (strict fp32: hi*hi + hi*lo + lo*hi keeps
+//     fp32 accuracy on tensor cores), or m16n8k16 fp16/bf16, the weights in fragment order (one 16-byte load per A
+//     fragment). On the seed, wgmma took bf16 from 1.135 to 1.002 ms and left TF32 where it was (1.697 / 1.692 ms,
+//     H100): the TF32 kernel is bound by its depthwise stage, not by the 1x1.
 //   - One barrier a job: in the same phase the CTA computes job j's depthwise outputs into one D buffer and runs
-//     job j - 1's MMA from the other, so FFMA and HMMA work interleave across warps.
+//     job j - 1's MMA from the other, so FFMA and MMA work interleave.
 //   - With couts as the MMA's M dimension, a thread's accumulators are pairs of adjacent pixels of one channel, so
 //     the epilogue writes 8-byte (fp32) or 4-byte (16-bit) pairs; four lanes cover 32 contiguous bytes.
 #pragma once
@@ -38,13 +43,16 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <optional>
+#include <string>
 #include <type_traits>
 
 #include "cuda/bulk_copy.cuh"
 #include "cuda/device_info.h"
 #include "cuda/device_utils.cuh"
+#include "cuda/wgmma.cuh"
 #include "depthwise_conv2d.h"
 
 namespace convops {
@@ -81,6 +89,23 @@ struct Layout {
 template <typename scalar_t, Math kMath>
 using operand_t = std::conditional_t<kMath == Math::kHalf, scalar_t, float>;
 
+// D and the pointwise weights as the K-major operands of wgmma (sm_90a; TF32 and 16-bit, not 3xTF32, whose hi and lo
+// parts would not fit two CTAs an SM): D's rows are the tile's pixels, W's the CTA's couts, and each row holds the
+// chunk's channels in k-steps of 32 bytes (wgmma.cuh).
+template <typename op_t>
+struct WarpgroupLayout {
+  static constexpr int kStepChannels = wgmma::kStepBytes / static_cast<int>(sizeof(op_t));
+  static constexpr int kStepsPerChunk = kChunk / kStepChannels;
+  // 16 bytes past a multiple of 128 between 8-pixel groups: the depthwise stage's stores (a warp: 16 runs of two
+  // channels) then fall 2 to a bank instead of 16.
+  static constexpr int kStrideD = 256 + 16;
+  static constexpr int kStepBytesD = kPixels / wgmma::kCoreRows * kStrideD;
+  static constexpr int kBytesD = kStepsPerChunk * kStepBytesD;
+  static constexpr int kStrideW = 256;
+  static constexpr int kStepBytesW = kCoutTile / wgmma::kCoreRows * kStrideW;
+  static_assert(kChunk % kStepChannels == 0, "a chunk is whole k-steps");
+};
+
 template <typename scalar_t>
 struct Params {
   const scalar_t* __restrict__ input;
@@ -102,12 +127,15 @@ template <typename scalar_t, int KH, int KW, Math kMath>
 struct Smem {
   using L = Layout<scalar_t, KH>;
   using op_t = operand_t<scalar_t, kMath>;
+  // One D buffer, in the mma.sync or the wgmma layout (whichever the loaded machine code uses: size for both).
+  static constexpr size_t kDBufferBytes =
+      std::max<size_t>(size_t(kChunk) * L::kPitchD * sizeof(op_t), WarpgroupLayout<op_t>::kBytesD);
   size_t stages, d, w, dw_w, dw_b, pw_b, full, total;
   __host__ __device__ explicit Smem(int chunks) {
     const size_t k_padded = size_t(chunks) * kChunk;
     stages = 0;
     d = stages + align(size_t(kStages) * L::kStageElems * sizeof(scalar_t));
-    w = d + align(size_t(kDBuffers) * kChunk * L::kPitchD * sizeof(op_t));
+    w = d + align(kDBuffers * kDBufferBytes);
     dw_w = w + align(size_t(kCoutTile) * k_padded * sizeof(op_t));
     dw_b = dw_w + align(k_padded * KH * KW * sizeof(float));
     pw_b = dw_b + align(k_padded * sizeof(float));
@@ -236,10 +264,11 @@ __device__ __forceinline__ void unpack_word(uint32_t word, float* out) {
   }
 }
 
-// One run of kRunLength depthwise outputs (channel k of the job, tile row r, columns 8 * run ...) into D. The filter
-// is KH x KW with "same" padding (KW - 1) / 2 along W, so the window's position within the 16-byte vectors is a
+// One run of kRunLength depthwise outputs (channel k of the job, tile row r, columns 8 * run ...) into D, in the
+// layout of mma.sync ([channel][row][column]) or of wgmma (kWgmma: K-major, [pixel][channel]). The filter is
+// KH x KW with "same" padding (KW - 1) / 2 along W, so the window's position within the 16-byte vectors is a
 // compile-time constant and the window is read with aligned 16-byte loads.
-template <typename scalar_t, int KH, int KW, Math kMath>
+template <typename scalar_t, int KH, int KW, Math kMath, bool kWgmma>
 __device__ __forceinline__ void depthwise_run(operand_t<scalar_t, kMath>* __restrict__ d,
                                               const scalar_t* __restrict__ staged, const float* __restrict__ dw_w,
                                               const float* __restrict__ dw_b, int chunk, int mid_channels) {
@@ -284,14 +313,24 @@ __device__ __forceinline__ void depthwise_run(operand_t<scalar_t, kMath>* __rest
 #pragma unroll
     for (int i = 0; i < kRunLength; ++i) acc[i] = 0.0f;  // channels past the end add nothing
   }
-  // Eight consecutive operands: 32 bytes (fp32) or 16 bytes (16-bit), stored as 16-byte vectors.
-  op_t* dst = d + k * L::kPitchD + r * L::kRowPitchD + run * kRunLength;
   alignas(16) op_t out[kRunLength];
 #pragma unroll
   for (int i = 0; i < kRunLength; ++i) out[i] = to_operand<kMath, op_t>(acc[i]);
+  if constexpr (kWgmma) {
+    // The run's 8 pixels are one core-matrix row group: 16 bytes apart, at the channel's place within the rows.
+    using WL = WarpgroupLayout<op_t>;
+    unsigned char* dst = reinterpret_cast<unsigned char*>(d) +
+                         wgmma::offset(r * kTileCols + run * kRunLength, k * static_cast<int>(sizeof(op_t)),
+                                       WL::kStrideD, WL::kStepBytesD);
 #pragma unroll
-  for (int q = 0; q < kRunLength * static_cast<int>(sizeof(op_t)) / 16; ++q) {
-    reinterpret_cast<uint4*>(dst)[q] = reinterpret_cast<const uint4*>(out)[q];
+    for (int i = 0; i < kRunLength; ++i) *reinterpret_cast<op_t*>(dst + i * 16) = out[i];
+  } else {
+    // Eight consecutive operands: 32 bytes (fp32) or 16 bytes (16-bit), stored as 16-byte vectors.
+    op_t* dst = d + k * L::kPitchD + r * L::kRowPitchD + run * kRunLength;
+#pragma unroll
+    for (int q = 0; q < kRunLength * static_cast<int>(sizeof(op_t)) / 16; ++q) {
+      reinterpret_cast<uint4*>(dst)[q] = reinterpret_cast<const uint4*>(out)[q];
+    }
   }
 }
 
@@ -312,6 +351,14 @@ __host__ __device__ __forceinline__ int weight_index(int cl, int k) {
   const int g = cl % 8, e = cl % 16 / 8 + 2 * half;
   const int fragment = (k / kStep * (kCoutTile / 16) + cl / 16) * 32 + g * 4 + t;
   return (fragment * 4 + e) * kPerWord + j % kPerWord;
+}
+
+// Place of pointwise weight (cout cl, channel k) for wgmma: row cl of the K-major A operand (WarpgroupLayout).
+template <typename op_t>
+__device__ __forceinline__ int warpgroup_weight_index(int cl, int k) {
+  using WL = WarpgroupLayout<op_t>;
+  return wgmma::offset(cl, k * static_cast<int>(sizeof(op_t)), WL::kStrideW, WL::kStepBytesW) /
+         static_cast<int>(sizeof(op_t));
 }
 
 // The lane's A fragment of k-step `step` and cout block (16 couts) `block`, in the order of weight_index.
@@ -410,6 +457,32 @@ __device__ __forceinline__ void mma_job(float (&acc)[4][4][4], const operand_t<s
   }
 }
 
+// The job's GEMM on wgmma, issued and committed but not waited for: warpgroup wg owns couts [64 wg, 64 wg + 64) x
+// the tile's 128 pixels, one m64n128 instruction a k-step (two TF32 k8 steps or one 16-bit k16 step a chunk). The
+// tile's first chunk starts the sums (the pointwise bias is added when they are stored).
+template <typename scalar_t, Math kMath>
+__device__ __forceinline__ void issue_warpgroup_mma_job(float (&acc)[64], const operand_t<scalar_t, kMath>* w,
+                                                        const operand_t<scalar_t, kMath>* d, int chunk, int wg) {
+  using WL = WarpgroupLayout<operand_t<scalar_t, kMath>>;
+  const unsigned char* w_bytes = reinterpret_cast<const unsigned char*>(w);
+  const unsigned char* d_bytes = reinterpret_cast<const unsigned char*>(d);
+  wgmma::fence();  // orders the previous tile's stores (which read the accumulators) before the new sums
+#pragma unroll
+  for (int s = 0; s < WL::kStepsPerChunk; ++s) {
+    const int step = chunk * WL::kStepsPerChunk + s;
+    const uint64_t a = wgmma::descriptor(w_bytes + step * WL::kStepBytesW + wg * (64 / wgmma::kCoreRows) * WL::kStrideW,
+                                         wgmma::kCoreBytes, WL::kStrideW);
+    const uint64_t b = wgmma::descriptor(d_bytes + s * WL::kStepBytesD, wgmma::kCoreBytes, WL::kStrideD);
+    const bool accumulate = chunk > 0 || s > 0;
+    if constexpr (kMath == Math::kHalf) {
+      wgmma::mma_m64n128k16<std::is_same_v<scalar_t, at::BFloat16>>(acc, a, b, accumulate);
+    } else {
+      wgmma::mma_m64n128k8_tf32(acc, a, b, accumulate);
+    }
+  }
+  wgmma::commit();
+}
+
 template <typename scalar_t>
 __device__ __forceinline__ void store_pair(scalar_t* dst, float v0, float v1) {
   if constexpr (std::is_same_v<scalar_t, float>) {
@@ -419,13 +492,30 @@ __device__ __forceinline__ void store_pair(scalar_t* dst, float v0, float v1) {
   }
 }
 
+// Where a thread's accumulators lie in the tile: acc[f][nt][e] (f, nt < 4) is the output of cout
+// cout[f] + lane / 4 (+ 8 for e >= 2) at tile row row[f], column nt * 8 + 2 (lane % 4) (+ 1 for odd e). Both MMAs
+// give this shape: mma.sync m16n8 tiles (f: a warp's 16-cout block, one tile row a warp) and the wgmma m64n128
+// fragment (f: the tile row, one 16-cout block a warp).
+struct Fragments {
+  int cout[4], row[4];
+};
+
+__device__ __forceinline__ Fragments sync_fragments(int wm, int wn) {
+  return Fragments{{wm * 64, wm * 64 + 16, wm * 64 + 32, wm * 64 + 48}, {wn, wn, wn, wn}};
+}
+
+__device__ __forceinline__ Fragments warpgroup_fragments(int warp) {
+  const int cout = warp / 4 * 64 + warp % 4 * 16;
+  return Fragments{{cout, cout, cout, cout}, {0, 1, 2, 3}};
+}
+
 // The accumulators of a new tile start at the pointwise bias (pw_b: the CTA's couts), so that the epilogue only
 // stores.
-__device__ __forceinline__ void start_accumulators(float (&acc)[4][4][4], const float* __restrict__ pw_b, int wm,
-                                                   int lane) {
+__device__ __forceinline__ void start_accumulators(float (&acc)[4][4][4], const float* __restrict__ pw_b,
+                                                   const Fragments& f, int lane) {
 #pragma unroll
   for (int mt = 0; mt < 4; ++mt) {
-    const float b0 = pw_b[wm * 64 + mt * 16 + lane / 4], b1 = pw_b[wm * 64 + mt * 16 + lane / 4 + 8];
+    const float b0 = pw_b[f.cout[mt] + lane / 4], b1 = pw_b[f.cout[mt] + lane / 4 + 8];
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
       acc[mt][nt][0] = acc[mt][nt][1] = b0;
@@ -434,25 +524,47 @@ __device__ __forceinline__ void start_accumulators(float (&acc)[4][4][4], const 
   }
 }
 
-// The tile's outputs (the accumulators, which include the pointwise bias), couts co0 + ..., written as pixel pairs.
-template <typename scalar_t>
+// The tile's outputs (the accumulators with the pointwise bias), couts co0 + ..., written as pixel pairs.
+// kAddBias: the accumulators hold the products only (wgmma), so the pointwise bias (pw_b) is added here.
+// (The sums go to new registers: ordinary instructions that define wgmma's accumulators make ptxas serialize it.)
+template <bool kAddBias, typename scalar_t>
 __device__ __forceinline__ void store_tile(const Params<scalar_t>& p, const Tile& tile, int co0,
-                                           const float (&acc)[4][4][4], int wm, int wn, int lane) {
+                                           const float (&sums)[4][4][4], const float* __restrict__ pw_b,
+                                           const Fragments& f, int lane) {
   const int g = lane / 4, t = lane % 4;
-  const int oy = tile.oy0 + wn;
-  if (oy >= p.out_h) return;
+  float acc[4][4][4];
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {
+    const float b[2] = {kAddBias ? pw_b[f.cout[mt] + g] : 0.0f, kAddBias ? pw_b[f.cout[mt] + g + 8] : 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = kAddBias ? sums[mt][nt][e] + b[e / 2] : sums[mt][nt][e];
+    }
+  }
   const int64_t plane = int64_t{p.out_h} * p.out_w;
-  const int cl0 = wm * 64 + g;  // the lane's first cout within the tile
-  scalar_t* const first = p.output + (tile.n * p.out_channels + co0 + cl0) * plane + oy * int64_t{p.out_w} +
-                          tile.ox0 + 2 * t;
+  // The lane's first pixel and cout within the tile; fragment mt adds (f.cout[mt] - f.cout[0]) couts and
+  // (f.row[mt] - f.row[0]) rows.
+  scalar_t* const first = p.output + (tile.n * p.out_channels + co0 + f.cout[0] + g) * plane +
+                          (tile.oy0 + f.row[0]) * int64_t{p.out_w} + tile.ox0 + 2 * t;
+  const auto fragment = [&](int mt) {
+    return first + (f.cout[mt] - f.cout[0]) * plane + (f.row[mt] - f.row[0]) * int64_t{p.out_w};
+  };
+  int last_cout = f.cout[0], last_row = f.row[0];
+#pragma unroll
+  for (int mt = 1; mt < 4; ++mt) {
+    last_cout = max(last_cout, f.cout[mt]);
+    last_row = max(last_row, f.row[mt]);
+  }
   // Nearly every tile lies wholly inside the output: then each store is at a fixed offset from the lane's first
   // pixel and needs no test. (Testing every pair took a third of the kernel's instructions under ncu.)
-  if (tile.ox0 + kTileCols <= p.out_w && co0 + wm * 64 + 64 <= p.out_channels && p.out_w % 2 == 0) {
+  if (tile.ox0 + kTileCols <= p.out_w && tile.oy0 + last_row < p.out_h && co0 + last_cout + 16 <= p.out_channels &&
+      p.out_w % 2 == 0) {
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        scalar_t* row = first + (mt * 16 + 8 * half) * plane;
+        scalar_t* row = fragment(mt) + 8 * half * plane;
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) store_pair(row + nt * 8, acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
       }
@@ -462,11 +574,12 @@ __device__ __forceinline__ void store_tile(const Params<scalar_t>& p, const Tile
   const bool aligned = p.out_w % 2 == 0;  // pairs start at even columns
 #pragma unroll
   for (int mt = 0; mt < 4; ++mt) {
+    if (tile.oy0 + f.row[mt] >= p.out_h) continue;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int cl = cl0 + mt * 16 + 8 * half;  // cout within the tile
+      const int cl = f.cout[mt] + g + 8 * half;  // cout within the tile
       if (co0 + cl >= p.out_channels) continue;
-      scalar_t* row = first + (mt * 16 + 8 * half) * plane;
+      scalar_t* row = fragment(mt) + 8 * half * plane;
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int ox = tile.ox0 + nt * 8 + 2 * t;
@@ -484,15 +597,17 @@ __device__ __forceinline__ void store_tile(const Params<scalar_t>& p, const Tile
 }
 
 // kBoxCopies: stage each job's input as one box of the bulk-copy engine (p.input_map; sm_90, multiplier 1) rather
-// than by every thread's cp.async.
-template <typename scalar_t, int KH, int KW, Math kMath, bool kBoxCopies>
+// than by every thread's cp.async. kWarpgroupMma: run the 1x1 on wgmma where this machine code has it (sm_90a; TF32
+// and 16-bit), otherwise on mma.sync; false: on mma.sync always (CONVOPS_SEPARABLE_MMA=sync, for comparisons).
+template <typename scalar_t, int KH, int KW, Math kMath, bool kBoxCopies, bool kWarpgroupMma>
 __global__ void __launch_bounds__(kThreads, 2) separable_pipelined_kernel(const __grid_constant__ Params<scalar_t> p) {
   using L = Layout<scalar_t, KH>;
   using op_t = operand_t<scalar_t, kMath>;
+  constexpr bool kWgmma = kWarpgroupMma && kMath != Math::kTf32x3 && CONVOPS_HAS_WGMMA;
   extern __shared__ __align__(128) unsigned char smem_raw[];  // box copies land at 128-byte aligned stages
   const Smem<scalar_t, KH, KW, kMath> s(p.chunks);
   scalar_t* stages = reinterpret_cast<scalar_t*>(smem_raw + s.stages);
-  op_t* d = reinterpret_cast<op_t*>(smem_raw + s.d);
+  const auto d_buffer = [&](int j) { return reinterpret_cast<op_t*>(smem_raw + s.d + j % kDBuffers * s.kDBufferBytes); };
   op_t* w = reinterpret_cast<op_t*>(smem_raw + s.w);
   float* dw_w = reinterpret_cast<float*>(smem_raw + s.dw_w);
   float* dw_b = reinterpret_cast<float*>(smem_raw + s.dw_b);
@@ -540,8 +655,9 @@ __global__ void __launch_bounds__(kThreads, 2) separable_pipelined_kernel(const 
     const float v = co < p.out_channels && k < p.mid_channels
                         ? static_cast<float>(p.pw_weight[int64_t{co} * p.mid_channels + k])
                         : 0.0f;
-    w[weight_index<kMath>(cl, k)] = to_operand<kMath, op_t>(v);
+    w[kWgmma ? warpgroup_weight_index<op_t>(cl, k) : weight_index<kMath>(cl, k)] = to_operand<kMath, op_t>(v);
   }
+  if constexpr (kWgmma) wgmma::publish_stores();  // the weights are read by wgmma
   for (int i = threadIdx.x; i < p.mid_channels * KH * KW; i += kThreads) dw_w[i] = static_cast<float>(p.dw_weight[i]);
   for (int i = threadIdx.x; i < p.mid_channels; i += kThreads) {
     dw_b[i] = p.dw_bias != nullptr ? static_cast<float>(p.dw_bias[i]) : 0.0f;
@@ -551,33 +667,57 @@ __global__ void __launch_bounds__(kThreads, 2) separable_pipelined_kernel(const 
   }
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int wm = warp % 2, wn = warp / 2;
+  // mma.sync: warp (wm, wn) owns 64 couts x tile row wn; wgmma: warpgroup wm owns 64 couts x the whole tile.
+  const int wm = kWgmma ? warp / 4 : warp % 2, wn = warp / 2;
+  const Fragments fragments = kWgmma ? warpgroup_fragments(warp) : sync_fragments(wm, wn);
+  // (wgmma: a warpgroup past the last cout multiplies zero weights rather than branch around its wgmma, which ptxas
+  // would then serialize; it stores nothing.)
   const bool warp_has_couts = co0 + wm * 64 < p.out_channels;
   // Iteration j computes job j's depthwise outputs into one D buffer while the MMA consumes job j - 1's from the
-  // other, so the CUDA cores and the tensor cores have work in the same phase and one barrier a job suffices.
+  // other, so the CUDA cores and the tensor cores have work in the same phase and one barrier a job suffices. With
+  // wgmma the MMA is issued first and runs asynchronously beside the depthwise stage; it is waited for before the
+  // next barrier, after which its D buffer is written again.
   float acc[4][4][4];
+  float(&acc_flat)[64] = reinterpret_cast<float(&)[64]>(acc);  // the wgmma fragment: acc[row][nt][e]
   JobCursor multiplying;  // the job whose MMA runs: one behind computing
   for (int j = 0; j <= jobs; ++j) {
     // Job j's copies are complete (cp.async: at most kStages - 2 younger groups pending; box copies: below); every
     // thread is done with the stage the next copy overwrites (job j - 1's), has written D for job j - 1, and is
-    // done reading job j - 2's.
+    // done reading job j - 2's (and its MMA has completed).
     if constexpr (!kBoxCopies) cp_async_wait<kStages - 2>();
     __syncthreads();
     if (j + kStages - 1 < jobs) copy_next();
     if constexpr (!kBoxCopies) cp_async_commit();  // possibly empty, so that the group count stays uniform
+    // wgmma is issued and waited for on every iteration, the first too (on a D buffer not written yet, whose result
+    // is dropped: job 0's chunk starts its sums anew): ptxas serializes wgmma whose issue or wait lies on a
+    // conditional path.
+    if constexpr (kWgmma) {
+      issue_warpgroup_mma_job<scalar_t, kMath>(acc_flat, w, d_buffer(j + 1), multiplying.chunk, wm);  // job j - 1's
+      wgmma::pin(acc_flat);
+    }
     if (j < jobs) {
       // Job j's box is fill j / kStages of its stage.
       if constexpr (kBoxCopies) bulk::wait(&full[computing.stage], (j / kStages) & 1);
-      depthwise_run<scalar_t, KH, KW, kMath>(d + (j % kDBuffers) * kChunk * L::kPitchD,
-                                             stages + computing.stage * L::kStageElems, dw_w, dw_b, computing.chunk,
-                                             p.mid_channels);
+      depthwise_run<scalar_t, KH, KW, kMath, kWgmma>(d_buffer(j), stages + computing.stage * L::kStageElems, dw_w,
+                                                     dw_b, computing.chunk, p.mid_channels);
+      if constexpr (kWgmma) wgmma::publish_stores();  // job j's D is read by wgmma after the next barrier
       computing.advance(p.chunks);
     }
-    if (j == 0 || !warp_has_couts) continue;
-    if (multiplying.chunk == 0) start_accumulators(acc, pw_b, wm, lane);
-    mma_job<scalar_t, kMath>(acc, w, d + ((j - 1) % kDBuffers) * kChunk * L::kPitchD, multiplying.chunk, wm, wn,
-                             lane, L::kPitchD, L::kRowPitchD);
-    if (multiplying.chunk == p.chunks - 1) store_tile(p, tile_of(multiplying), co0, acc, wm, wn, lane);
+    if constexpr (kWgmma) {
+      wgmma::wait<0>();
+      wgmma::pin(acc_flat);
+    }
+    if (j == 0) continue;
+    if (warp_has_couts) {
+      if constexpr (!kWgmma) {
+        if (multiplying.chunk == 0) start_accumulators(acc, pw_b, fragments, lane);
+        mma_job<scalar_t, kMath>(acc, w, d_buffer(j - 1), multiplying.chunk, wm, wn, lane, L::kPitchD,
+                                 L::kRowPitchD);
+      }
+      if (multiplying.chunk == p.chunks - 1) {
+        store_tile<kWgmma>(p, tile_of(multiplying), co0, acc, pw_b, fragments, lane);
+      }
+    }
     multiplying.advance(p.chunks);
   }
   if constexpr (!kBoxCopies) cp_async_wait<0>();  // (every box was waited for)
@@ -600,6 +740,15 @@ bool encode_input_map(Params<scalar_t>& p) {
                                      static_cast<uint32_t>(kChunk)});
 }
 
+// CONVOPS_SEPARABLE_MMA=sync keeps the 1x1 on mma.sync where wgmma is built (to compare the two on one build).
+inline bool mma_sync_forced() {
+  static const bool forced = [] {
+    const char* env = std::getenv("CONVOPS_SEPARABLE_MMA");
+    return env != nullptr && std::string(env) == "sync";
+  }();
+  return forced;
+}
+
 template <typename scalar_t, int KH, int KW, Math kMath>
 bool launch(Params<scalar_t>& p, cudaStream_t stream, bool dry_run) {
   const Smem<scalar_t, KH, KW, kMath> s(p.chunks);
@@ -610,20 +759,27 @@ bool launch(Params<scalar_t>& p, cudaStream_t stream, bool dry_run) {
   if (dry_run) return true;
   // Box copies where the bulk-copy engine runs and a box is a run of input channels (multiplier 1).
   const bool boxes = p.multiplier == 1 &&
-                     bulk::runs_bulk_copies(separable_pipelined_kernel<scalar_t, KH, KW, kMath, true>) &&
+                     bulk::runs_bulk_copies(separable_pipelined_kernel<scalar_t, KH, KW, kMath, true, true>) &&
                      encode_input_map<scalar_t, KH>(p);
-  auto kernel = boxes ? separable_pipelined_kernel<scalar_t, KH, KW, kMath, true>
-                      : separable_pipelined_kernel<scalar_t, KH, KW, kMath, false>;
-  // The attribute is per device and holds for the process: set it once per device and instantiation (a driver
+  const bool warpgroup = kMath != Math::kTf32x3 && !mma_sync_forced();
+  using Kernel = void (*)(const Params<scalar_t>);
+  constexpr bool kWg = kMath != Math::kTf32x3;  // (3xTF32 has one MMA: do not instantiate it twice)
+  const Kernel kernels[2][2] = {
+      {separable_pipelined_kernel<scalar_t, KH, KW, kMath, false, false>,
+       separable_pipelined_kernel<scalar_t, KH, KW, kMath, false, kWg>},
+      {separable_pipelined_kernel<scalar_t, KH, KW, kMath, true, false>,
+       separable_pipelined_kernel<scalar_t, KH, KW, kMath, true, kWg>}};
+  const Kernel kernel = kernels[boxes][warpgroup];
+  // The attribute is per device and kernel and holds for the process: set it once per device and kernel (a driver
   // call on every launch costs microseconds on launch-bound layers).
-  static std::atomic<uint64_t> configured[2]{};  // the cp.async and the box-copy kernel
+  static std::atomic<uint64_t> configured[2][2]{};
   int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
   const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if ((configured[boxes].load(std::memory_order_relaxed) & bit) == 0 || bit == 0) {
+  if ((configured[boxes][warpgroup].load(std::memory_order_relaxed) & bit) == 0 || bit == 0) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(max_smem)));
-    configured[boxes].fetch_or(bit, std::memory_order_relaxed);
+    configured[boxes][warpgroup].fetch_or(bit, std::memory_order_relaxed);
   }
   const int64_t ctas = std::max<int64_t>(1, 2 * int64_t{multiprocessor_count()} / cout_tiles);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(p.tiles, ctas)), static_cast<unsigned>(cout_tiles));

@@ -1,0 +1,139 @@
+// Hopper's warpgroup MMA (wgmma.mma_async, sm_90a): the few PTX instructions a kernel needs to multiply two
+// shared-memory operands into a warpgroup's registers.
+//
+// wgmma exists only in code compiled for the arch-specific target sm_90a (setup.py builds that target wherever
+// TORCH_CUDA_ARCH_LIST asks for compute capability 9.0). CONVOPS_HAS_WGMMA says, in device code, whether this pass
+// compiles for it; a kernel chooses its MMA at compile time from it, so the machine code the driver loads always
+// matches the shared-memory layouts the same code writes.
+//
+// Operands are in the canonical K-major layout without swizzling: a "core matrix" is 8 rows of 16 contiguous bytes
+// (128 bytes); the descriptor gives the byte distance between core matrices adjacent along K (leading) and along
+// M or N (stride). One instruction consumes K = 32 bytes of each row (8 TF32 or 16 half values): two core matrices.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define CONVOPS_HAS_WGMMA 1
+#else
+#define CONVOPS_HAS_WGMMA 0
+#endif
+
+namespace convops {
+namespace cuda {
+namespace wgmma {
+
+constexpr int kCoreRows = 8, kCoreBytes = 128, kStepBytes = 32;  // a core matrix; K bytes a row an instruction takes
+
+// Byte offset of element (row, k) of a K-major operand whose 8-row groups lie `stride` bytes apart and whose k-steps
+// (kStepBytes of each row) lie step_bytes apart.
+__host__ __device__ constexpr int offset(int row, int k_bytes, int stride, int step_bytes) {
+  return k_bytes / kStepBytes * step_bytes + row / kCoreRows * stride + k_bytes % kStepBytes / 16 * kCoreBytes +
+         row % kCoreRows * 16 + k_bytes % 16;
+}
+
+// Shared-memory matrix descriptor: start address, leading (K) and stride (M/N) byte offsets, no swizzle.
+__device__ __forceinline__ uint64_t descriptor(const void* start, uint32_t leading, uint32_t stride) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(start));
+  return uint64_t{(address & 0x3ffff) >> 4} | uint64_t{(leading & 0x3ffff) >> 4} << 16 |
+         uint64_t{(stride & 0x3ffff) >> 4} << 32;
+}
+
+// Orders this thread's earlier register and shared-memory accesses before the warpgroup's next wgmma.
+__device__ __forceinline__ void fence() {
+#if CONVOPS_HAS_WGMMA
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void commit() {
+#if CONVOPS_HAS_WGMMA
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+
+// Waits until at most `kPending` committed groups of this warpgroup are still running.
+template <int kPending>
+__device__ __forceinline__ void wait() {
+#if CONVOPS_HAS_WGMMA
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+#endif
+}
+
+// Makes this thread's ordinary shared-memory stores visible to wgmma, which reads its operands through the async
+// proxy: every writing thread calls it before the barrier that hands the operands over.
+__device__ __forceinline__ void publish_stores() {
+#if CONVOPS_HAS_WGMMA
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+// Keeps the compiler from moving accesses of the accumulators across this point: wgmma reads and writes them
+// asynchronously between its issue and the wait, which the compiler cannot see.
+template <int N>
+__device__ __forceinline__ void pin(float (&acc)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+}
+
+// The 64 accumulator operands of an m64n128 instruction, for the asm statements below.
+#define CONVOPS_WGMMA_ACC64(a)                                                                                      \
+  "+f"(a[0]), "+f"(a[1]), "+f"(a[2]), "+f"(a[3]), "+f"(a[4]), "+f"(a[5]), "+f"(a[6]), "+f"(a[7]), "+f"(a[8]),      \
+      "+f"(a[9]), "+f"(a[10]), "+f"(a[11]), "+f"(a[12]), "+f"(a[13]), "+f"(a[14]), "+f"(a[15]), "+f"(a[16]),        \
+      "+f"(a[17]), "+f"(a[18]), "+f"(a[19]), "+f"(a[20]), "+f"(a[21]), "+f"(a[22]), "+f"(a[23]), "+f"(a[24]),       \
+      "+f"(a[25]), "+f"(a[26]), "+f"(a[27]), "+f"(a[28]), "+f"(a[29]), "+f"(a[30]), "+f"(a[31]), "+f"(a[32]),       \
+      "+f"(a[33]), "+f"(a[34]), "+f"(a[35]), "+f"(a[36]), "+f"(a[37]), "+f"(a[38]), "+f"(a[39]), "+f"(a[40]),       \
+      "+f"(a[41]), "+f"(a[42]), "+f"(a[43]), "+f"(a[44]), "+f"(a[45]), "+f"(a[46]), "+f"(a[47]), "+f"(a[48]),       \
+      "+f"(a[49]), "+f"(a[50]), "+f"(a[51]), "+f"(a[52]), "+f"(a[53]), "+f"(a[54]), "+f"(a[55]), "+f"(a[56]),       \
+      "+f"(a[57]), "+f"(a[58]), "+f"(a[59]), "+f"(a[60]), "+f"(a[61]), "+f"(a[62]), "+f"(a[63])
+
+#define CONVOPS_WGMMA_D64                                                                                          \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "  \
+  "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+// acc (64 x 128, f32, the m64nNk8 fragment order) = A (64 x 8, TF32) * B (8 x 128, TF32) + (accumulate ? acc : 0),
+// both operands K-major in shared memory. Asynchronous: the accumulators are the warpgroup's only after commit() and
+// wait(). Starting a sum with accumulate = false, rather than writing the accumulators first, keeps ordinary
+// instructions from defining them while wgmma may be in flight (ptxas would then serialize the wgmma).
+__device__ __forceinline__ void mma_m64n128k8_tf32(float (&acc)[64], uint64_t a, uint64_t b, bool accumulate) {
+#if CONVOPS_HAS_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " CONVOPS_WGMMA_D64 ", %64, %65, p, 1, 1;\n}\n"
+      : CONVOPS_WGMMA_ACC64(acc)
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
+      : "memory");
+#endif
+}
+
+// The same for 16-bit operands (K = 16), bf16 or fp16 as kBf16 says.
+template <bool kBf16>
+__device__ __forceinline__ void mma_m64n128k16(float (&acc)[64], uint64_t a, uint64_t b, bool accumulate) {
+#if CONVOPS_HAS_WGMMA
+  if constexpr (kBf16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " CONVOPS_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : CONVOPS_WGMMA_ACC64(acc)
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
+        : "memory");
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " CONVOPS_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : CONVOPS_WGMMA_ACC64(acc)
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
+        : "memory");
+  }
+#endif
+}
+
+#undef CONVOPS_WGMMA_D64
+#undef CONVOPS_WGMMA_ACC64
+
+}  // namespace wgmma
+}  // namespace cuda
+}  // namespace convops
