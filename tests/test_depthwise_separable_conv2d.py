@@ -341,11 +341,13 @@ def test_cuda_fused_box_copies_match_cp_async(tmp_path, dtype, tf32, kernel):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("mma", ["wgmma", "sync"])
 @pytest.mark.parametrize("dtype,tf32,kernel", [(torch.float32, True, 3), (torch.bfloat16, True, 5),
                                                (torch.float16, True, 7)])
-def test_cuda_fused_mma_sync_fallback(tmp_path, dtype, tf32, kernel):
-    """Where the build has sm_90a code the fused kernel runs its 1x1 on wgmma; elsewhere (other GPUs, plain sm_90
-    builds) on mma.sync, which CONVOPS_SEPARABLE_MMA=sync forces. Both match the reference (edges included)."""
+def test_cuda_fused_kernel_on_either_mma(tmp_path, dtype, tf32, kernel, mma):
+    """Where the build has sm_90a code the fused kernel runs its 1x1 on wgmma (by default in 16-bit) or mma.sync
+    (by default in TF32; always on other GPUs and plain sm_90 builds); CONVOPS_SEPARABLE_MMA forces either in
+    every mode. Each matches the reference (edges included), as does the default."""
     import os
     import subprocess
     import sys
@@ -356,7 +358,7 @@ def test_cuda_fused_mma_sync_fallback(tmp_path, dtype, tf32, kernel):
     with allow_tf32(tf32):
         assert_close(convops.depthwise_separable_conv2d(*args), expected)
     torch.save((*args[:5], args[5:], tf32), tmp_path / "inputs.pt")
-    env = {**os.environ, "CONVOPS_SEPARABLE_MMA": "sync"}
+    env = {**os.environ, "CONVOPS_SEPARABLE_MMA": mma}
     subprocess.run([sys.executable, "-c", _RUN_FUSED_KERNEL, str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt")],
                    env=env, check=True, timeout=300)
     assert_close(torch.load(tmp_path / "out.pt"), expected)

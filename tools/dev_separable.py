@@ -7,7 +7,8 @@
 
 On sm_90 the fused kernel stages its input by box copies of the bulk-copy engine where the multiplier is 1 (check
 prints "fused/box"); CONVOPS_BULK_COPIES=0 makes it use cp.async everywhere, for timing the two. Where the build has
-sm_90a code the 1x1 runs on wgmma (TF32, 16-bit); CONVOPS_SEPARABLE_MMA=sync keeps it on mma.sync, for timing the two.
+sm_90a code the 1x1 runs on wgmma in 16-bit and on mma.sync in TF32; CONVOPS_SEPARABLE_MMA=wgmma or =sync picks one
+for every mode, for timing the two.
 """
 from __future__ import annotations
 

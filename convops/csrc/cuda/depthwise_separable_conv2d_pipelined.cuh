@@ -20,14 +20,14 @@
 //     operand [channel][pixel] in one of two D buffers, rounded as the unfused ATen pair would see them (TF32
 //     ties-to-even, or the input dtype).
 //   - The pointwise GEMM C[cout][pixel] += W[cout][channel] * D[channel][pixel] accumulates in registers over the
-//     chunks. Where the machine code is sm_90a (setup.py builds compute capability 9.0 so), in TF32 (TF32 allowed)
-//     and 16-bit, it runs on wgmma: each warpgroup multiplies 64 couts by the tile's 128 pixels with both operands
-//     read from shared memory in wgmma's K-major layout (WarpgroupLayout), asynchronously beside the depthwise
-//     stage; the pointwise bias is added as the tile is stored. Elsewhere, and in strict fp32, on mma.sync, the sums
+//     chunks. Where the machine code is sm_90a (setup.py builds compute capability 9.0 so), 16-bit runs it on
+//     wgmma (runs_wgmma): each warpgroup multiplies 64 couts by the tile's 128 pixels with both operands read from
+//     shared memory in wgmma's K-major layout (WarpgroupLayout), asynchronously beside the depthwise stage; the
+//     pointwise bias is added as the tile is stored. TF32 can too, but is faster on mma.sync on the H200 (its
+//     kernel is bound by the depthwise stage, not by the 1x1). Elsewhere, and for strict fp32, mma.sync, the sums
 //     starting from the bias: m16n8k8 TF32, three TF32 products per term (strict fp32: hi*hi + hi*lo + lo*hi keeps
 //     fp32 accuracy on tensor cores), or m16n8k16 fp16/bf16, the weights in fragment order (one 16-byte load per A
-//     fragment). On the seed, wgmma took bf16 from 1.135 to 1.002 ms and left TF32 where it was (1.697 / 1.692 ms,
-//     H100): the TF32 kernel is bound by its depthwise stage, not by the 1x1.
+//     fragment).
 //   - One barrier a job: in the same phase the CTA computes job j's depthwise outputs into one D buffer and runs
 //     job j - 1's MMA from the other, so FFMA and MMA work interleave.
 //   - With couts as the MMA's M dimension, a thread's accumulators are pairs of adjacent pixels of one channel, so
@@ -598,7 +598,7 @@ __device__ __forceinline__ void store_tile(const Params<scalar_t>& p, const Tile
 
 // kBoxCopies: stage each job's input as one box of the bulk-copy engine (p.input_map; sm_90, multiplier 1) rather
 // than by every thread's cp.async. kWarpgroupMma: run the 1x1 on wgmma where this machine code has it (sm_90a; TF32
-// and 16-bit), otherwise on mma.sync; false: on mma.sync always (CONVOPS_SEPARABLE_MMA=sync, for comparisons).
+// and 16-bit), otherwise on mma.sync; false: on mma.sync always (runs_wgmma decides).
 template <typename scalar_t, int KH, int KW, Math kMath, bool kBoxCopies, bool kWarpgroupMma>
 __global__ void __launch_bounds__(kThreads, 2) separable_pipelined_kernel(const __grid_constant__ Params<scalar_t> p) {
   using L = Layout<scalar_t, KH>;
@@ -740,13 +740,19 @@ bool encode_input_map(Params<scalar_t>& p) {
                                      static_cast<uint32_t>(kChunk)});
 }
 
-// CONVOPS_SEPARABLE_MMA=sync keeps the 1x1 on mma.sync where wgmma is built (to compare the two on one build).
-inline bool mma_sync_forced() {
-  static const bool forced = [] {
+// Whether the 1x1 may run on wgmma (where the machine code has it). By default 16-bit does and TF32 does not: on
+// the H200 the seed took 1.011-1.017 ms in bf16 on wgmma against 1.140-1.142 on mma.sync, but 1.276-1.283 in TF32
+// against 1.243-1.247 (tools/dev_separable.py, 2026-11-26; on an H100 TF32 timed the same either way).
+// CONVOPS_SEPARABLE_MMA=wgmma or =sync picks one for every mode, for comparisons. (3xTF32 runs on mma.sync only.)
+template <Math kMath>
+bool runs_wgmma() {
+  static const int forced = [] {  // 1: wgmma, 0: mma.sync, -1: the default
     const char* env = std::getenv("CONVOPS_SEPARABLE_MMA");
-    return env != nullptr && std::string(env) == "sync";
+    if (env == nullptr) return -1;
+    return std::string(env) == "wgmma" ? 1 : std::string(env) == "sync" ? 0 : -1;
   }();
-  return forced;
+  if (kMath == Math::kTf32x3) return false;
+  return forced >= 0 ? forced == 1 : kMath == Math::kHalf;
 }
 
 template <typename scalar_t, int KH, int KW, Math kMath>
@@ -761,7 +767,7 @@ bool launch(Params<scalar_t>& p, cudaStream_t stream, bool dry_run) {
   const bool boxes = p.multiplier == 1 &&
                      bulk::runs_bulk_copies(separable_pipelined_kernel<scalar_t, KH, KW, kMath, true, true>) &&
                      encode_input_map<scalar_t, KH>(p);
-  const bool warpgroup = kMath != Math::kTf32x3 && !mma_sync_forced();
+  const bool warpgroup = runs_wgmma<kMath>();
   using Kernel = void (*)(const Params<scalar_t>);
   constexpr bool kWg = kMath != Math::kTf32x3;  // (3xTF32 has one MMA: do not instantiate it twice)
   const Kernel kernels[2][2] = {
