@@ -63,9 +63,9 @@ def _hopper_as_sm90a():
         requested = ";".join(f"{major}.{minor}" for major, minor in capabilities)
     arches, flags = [], []
     for arch in requested.replace(" ", ";").split(";"):
-        if arch in ("9.0", "9.0+PTX"):
+        if arch in ("9.0", "9.0+PTX", "Hopper"):  # (torch reads "Hopper" as 9.0+PTX)
             arches.append("9.0a")
-            if arch.endswith("+PTX"):
+            if arch != "9.0":
                 flags.append("-gencode=arch=compute_90,code=compute_90")
         elif arch:
             arches.append(arch)
