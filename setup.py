@@ -52,25 +52,29 @@ def _selected(paths):
 
 
 def _hopper_as_sm90a():
-    """Builds compute capability 9.0 as the arch-specific target sm_90a: its machine code runs on every 9.0 GPU
-    (H100, H200, GH200) and has wgmma, which the fused separable kernel uses (plain sm_90 code would carry only
-    mma.sync). Where 9.0 asks for PTX too, the portable compute_90 PTX is kept. Returns extra nvcc flags."""
+    """The nvcc target flags, with compute capability 9.0 built as the arch-specific target sm_90a: its machine code
+    runs on every 9.0 GPU (H100, H200, GH200) and has wgmma, which the fused separable kernel uses (plain sm_90 code
+    would carry only mma.sync). Where 9.0 asks for PTX too (`9.0+PTX`, `Hopper`), the portable compute_90 PTX is
+    kept. Returns the complete list of target flags: torch adds none of its own once any nvcc flag names an arch,
+    so the PTX flag could not simply be added to torch's. [] (torch's own choice) where no list is given and no GPU
+    is visible."""
+    from torch.utils.cpp_extension import _get_cuda_arch_flags
     requested = os.getenv("TORCH_CUDA_ARCH_LIST")
     if requested is None:  # torch would take the visible GPUs' capabilities: do so here, to rewrite them
         if not torch.cuda.is_available():
             return []
         capabilities = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
         requested = ";".join(f"{major}.{minor}" for major, minor in capabilities)
-    arches, flags = [], []
+    arches, ptx = [], []
     for arch in requested.replace(" ", ";").split(";"):
         if arch in ("9.0", "9.0+PTX", "Hopper"):  # (torch reads "Hopper" as 9.0+PTX)
             arches.append("9.0a")
             if arch != "9.0":
-                flags.append("-gencode=arch=compute_90,code=compute_90")
+                ptx = ["-gencode=arch=compute_90,code=compute_90"]
         elif arch:
             arches.append(arch)
     os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(arches)
-    return flags
+    return _get_cuda_arch_flags() + ptx
 
 
 def _extension():

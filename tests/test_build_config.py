@@ -20,16 +20,28 @@ def hopper_as_sm90a():
     return namespace["_hopper_as_sm90a"]
 
 
+SM80 = "-gencode=arch=compute_80,code=sm_80"
+SM86 = "-gencode=arch=compute_86,code=sm_86"
+SM90A = "-gencode=arch=compute_90a,code=sm_90a"
+PTX90 = "-gencode=arch=compute_90,code=compute_90"
+
+
 @pytest.mark.parametrize("requested,arches,flags", [
-    ("9.0", "9.0a", []),
-    ("9.0+PTX", "9.0a", ["-gencode=arch=compute_90,code=compute_90"]),
-    ("Hopper", "9.0a", ["-gencode=arch=compute_90,code=compute_90"]),
-    ("8.0;9.0", "8.0;9.0a", []),
-    ("8.6 9.0+PTX", "8.6;9.0a", ["-gencode=arch=compute_90,code=compute_90"]),
-    ("9.0a", "9.0a", []),
-    ("8.0;10.0+PTX", "8.0;10.0+PTX", []),
+    ("9.0", "9.0a", [SM90A]),
+    ("9.0+PTX", "9.0a", [SM90A, PTX90]),
+    ("Hopper", "9.0a", [SM90A, PTX90]),
+    ("8.0;9.0", "8.0;9.0a", [SM80, SM90A]),
+    ("8.6 9.0+PTX", "8.6;9.0a", [SM86, SM90A, PTX90]),
+    ("9.0a", "9.0a", [SM90A]),
+    ("8.0;10.0+PTX", "8.0;10.0+PTX", ["-gencode=arch=compute_100,code=compute_100",
+                                       "-gencode=arch=compute_100,code=sm_100", SM80]),
 ])
 def test_arch_list_builds_hopper_as_sm90a(monkeypatch, requested, arches, flags):
+    """The flags are the whole target list (torch adds none once one names an arch): every requested target is in
+    it, 9.0 as sm_90a, and the compute_90 PTX where asked for."""
+    from torch.utils.cpp_extension import _get_cuda_arch_flags
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", requested)
-    assert hopper_as_sm90a()() == flags
+    got = hopper_as_sm90a()()
+    assert got == flags
     assert os.environ["TORCH_CUDA_ARCH_LIST"] == arches
+    assert _get_cuda_arch_flags(got) == []  # torch then keeps exactly these

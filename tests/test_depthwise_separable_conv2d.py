@@ -86,6 +86,7 @@ def fused_kernel_takes(x, dw, pw, stride, padding, dilation) -> bool:
         return False
     chunks = -(-dw.shape[0] // 16)
     operand = 4 if x.dtype == torch.float32 else 2
+    # D in the mma.sync layout: the larger of the kernel's two (wgmma's is 8704 / 4352 bytes a buffer), as Smem sizes.
     staged = 3 * 16 * (4 + k - 1) * (32 + 3 * vec) * x.element_size()
     d_tiles = 2 * 16 * (4 * (32 + (4 if operand == 4 else 8)) + 8) * operand  # double-buffered
     weights = 128 * chunks * 16 * operand
@@ -340,24 +341,32 @@ def test_cuda_fused_box_copies_match_cp_async(tmp_path, dtype, tf32, kernel):
     assert torch.equal(boxes, torch.load(tmp_path / "out.pt"))
 
 
+def _edges_case(kernel):  # one tile a CTA: top and bottom padding, a ragged last column tile and channel chunk
+    return (2, 40, 1, 72, 13, 72, (kernel, kernel), (1, 1), (kernel // 2, kernel // 2), (1, 1), True, True)
+
+
+# Several tiles a CTA (the sums restart after each tile's store) and a ragged second tile of 72 couts.
+_MANY_TILES = (8, 48, 1, 200, 62, 96, (3, 3), (1, 1), (1, 1), (1, 1), True, True)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("mma", ["wgmma", "sync"])
-@pytest.mark.parametrize("dtype,tf32,kernel", [(torch.float32, True, 3), (torch.bfloat16, True, 5),
-                                               (torch.float16, True, 7)])
-def test_cuda_fused_kernel_on_either_mma(tmp_path, dtype, tf32, kernel, mma):
+@pytest.mark.parametrize("dtype,case", [(torch.float32, _edges_case(3)), (torch.bfloat16, _edges_case(5)),
+                                        (torch.float16, _edges_case(7)), (torch.float32, _MANY_TILES),
+                                        (torch.bfloat16, _MANY_TILES)])
+def test_cuda_fused_kernel_on_either_mma(tmp_path, dtype, case, mma):
     """Where the build has sm_90a code the fused kernel runs its 1x1 on wgmma (by default in 16-bit) or mma.sync
-    (by default in TF32; always on other GPUs and plain sm_90 builds); CONVOPS_SEPARABLE_MMA forces either in
-    every mode. Each matches the reference (edges included), as does the default."""
+    (by default in TF32; always on other GPUs and plain sm_90 builds, where both runs here are mma.sync);
+    CONVOPS_SEPARABLE_MMA forces either in every mode. Each matches the reference, as does the default."""
     import os
     import subprocess
     import sys
-    case = (2, 40, 1, 72, 13, 72, (kernel, kernel), (1, 1), (kernel // 2, kernel // 2), (1, 1), True, True)
     args = make_problem(case, dtype, "cuda")
     assert fused_kernel_takes(args[0], args[1], args[3], *args[5:])
-    expected = separable_reference(*args)
-    with allow_tf32(tf32):
+    with allow_tf32(True):
+        expected = separable_reference(*args)
         assert_close(convops.depthwise_separable_conv2d(*args), expected)
-    torch.save((*args[:5], args[5:], tf32), tmp_path / "inputs.pt")
+    torch.save((*args[:5], args[5:], True), tmp_path / "inputs.pt")
     env = {**os.environ, "CONVOPS_SEPARABLE_MMA": mma}
     subprocess.run([sys.executable, "-c", _RUN_FUSED_KERNEL, str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt")],
                    env=env, check=True, timeout=300)

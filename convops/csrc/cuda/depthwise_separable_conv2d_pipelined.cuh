@@ -692,6 +692,7 @@ __global__ void __launch_bounds__(kThreads, 2) separable_pipelined_kernel(const 
     // is dropped: job 0's chunk starts its sums anew): ptxas serializes wgmma whose issue or wait lies on a
     // conditional path.
     if constexpr (kWgmma) {
+      static_assert(kDBuffers == 2, "d_buffer(j + 1) is job j - 1's buffer (without a negative j - 1 at j = 0)");
       issue_warpgroup_mma_job<scalar_t, kMath>(acc_flat, w, d_buffer(j + 1), multiplying.chunk, wm);  // job j - 1's
       wgmma::pin(acc_flat);
     }
@@ -763,13 +764,13 @@ bool launch(Params<scalar_t>& p, cudaStream_t stream, bool dry_run) {
   const int cout_tiles = (p.out_channels + kCoutTile - 1) / kCoutTile;
   if (s.total > max_smem || cout_tiles > 65535) return false;  // 65535: the grid's y limit
   if (dry_run) return true;
+  constexpr bool kWg = kMath != Math::kTf32x3;  // (3xTF32 has one MMA: do not instantiate it twice)
   // Box copies where the bulk-copy engine runs and a box is a run of input channels (multiplier 1).
   const bool boxes = p.multiplier == 1 &&
-                     bulk::runs_bulk_copies(separable_pipelined_kernel<scalar_t, KH, KW, kMath, true, true>) &&
+                     bulk::runs_bulk_copies(separable_pipelined_kernel<scalar_t, KH, KW, kMath, true, kWg>) &&
                      encode_input_map<scalar_t, KH>(p);
   const bool warpgroup = runs_wgmma<kMath>();
   using Kernel = void (*)(const Params<scalar_t>);
-  constexpr bool kWg = kMath != Math::kTf32x3;  // (3xTF32 has one MMA: do not instantiate it twice)
   const Kernel kernels[2][2] = {
       {separable_pipelined_kernel<scalar_t, KH, KW, kMath, false, false>,
        separable_pipelined_kernel<scalar_t, KH, KW, kMath, false, kWg>},

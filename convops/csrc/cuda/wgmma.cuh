@@ -41,7 +41,8 @@ __device__ __forceinline__ uint64_t descriptor(const void* start, uint32_t leadi
          uint64_t{(stride & 0x3ffff) >> 4} << 32;
 }
 
-// Orders this thread's earlier register and shared-memory accesses before the warpgroup's next wgmma.
+// Orders this thread's earlier accesses of the registers a wgmma uses (its accumulators) before the warpgroup's next
+// wgmma. (Shared-memory operands written by ordinary stores need publish_stores.)
 __device__ __forceinline__ void fence() {
 #if CONVOPS_HAS_WGMMA
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
