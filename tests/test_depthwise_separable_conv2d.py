@@ -317,6 +317,17 @@ torch.save(torch.ops.convops.depthwise_separable_conv2d(x, dw, db, pw, pb, *para
 """
 
 
+def fused_kernel_in_process(tmp_path, args, tf32: bool, **env) -> torch.Tensor:
+    """The fused kernel's output for `args` (make_problem's) in a fresh process with `env` added to its environment."""
+    import os
+    import subprocess
+    import sys
+    torch.save((*args[:5], list(args[5:]), tf32), tmp_path / "inputs.pt")
+    subprocess.run([sys.executable, "-c", _RUN_FUSED_KERNEL, str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt")],
+                   env={**os.environ, **env}, check=True, timeout=300)
+    return torch.load(tmp_path / "out.pt")
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype,tf32,kernel", [(torch.float32, True, 3), (torch.float32, False, 5),
                                                (torch.bfloat16, True, 7)])
@@ -324,21 +335,14 @@ def test_cuda_fused_box_copies_match_cp_async(tmp_path, dtype, tf32, kernel):
     """On sm_90 the fused kernel stages its input (multiplier 1) by box copies of the bulk-copy engine; a process
     with CONVOPS_BULK_COPIES=0 stages it by cp.async. The same bytes reach the same arithmetic: bitwise equal
     outputs (edges included: top and bottom padding, a ragged last column tile and channel chunk)."""
-    import os
-    import subprocess
-    import sys
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("box copies need sm_90")
     case = (2, 24, 1, 40, 13, 72, (kernel, kernel), (1, 1), (kernel // 2, kernel // 2), (1, 1), True, True)
-    x, dw, db, pw, pb, *params = make_problem(case, dtype, "cuda")
-    assert fused_kernel_takes(x, dw, pw, *params)
+    args = make_problem(case, dtype, "cuda")
+    assert fused_kernel_takes(args[0], args[1], args[3], *args[5:])
     with allow_tf32(tf32):
-        boxes = convops.depthwise_separable_conv2d(x, dw, db, pw, pb, *params).cpu()
-    torch.save((x, dw, db, pw, pb, params, tf32), tmp_path / "inputs.pt")
-    env = {**os.environ, "CONVOPS_BULK_COPIES": "0"}
-    subprocess.run([sys.executable, "-c", _RUN_FUSED_KERNEL, str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt")],
-                   env=env, check=True, timeout=300)
-    assert torch.equal(boxes, torch.load(tmp_path / "out.pt"))
+        boxes = convops.depthwise_separable_conv2d(*args).cpu()
+    assert torch.equal(boxes, fused_kernel_in_process(tmp_path, args, tf32, CONVOPS_BULK_COPIES="0"))
 
 
 def _edges_case(kernel):  # one tile a CTA: top and bottom padding, a ragged last column tile and channel chunk
@@ -358,16 +362,9 @@ def test_cuda_fused_kernel_on_either_mma(tmp_path, dtype, case, mma):
     """Where the build has sm_90a code the fused kernel runs its 1x1 on wgmma (by default in 16-bit) or mma.sync
     (by default in TF32; always on other GPUs and plain sm_90 builds, where both runs here are mma.sync);
     CONVOPS_SEPARABLE_MMA forces either in every mode. Each matches the reference, as does the default."""
-    import os
-    import subprocess
-    import sys
     args = make_problem(case, dtype, "cuda")
     assert fused_kernel_takes(args[0], args[1], args[3], *args[5:])
     with allow_tf32(True):
         expected = separable_reference(*args)
         assert_close(convops.depthwise_separable_conv2d(*args), expected)
-    torch.save((*args[:5], args[5:], True), tmp_path / "inputs.pt")
-    env = {**os.environ, "CONVOPS_SEPARABLE_MMA": mma}
-    subprocess.run([sys.executable, "-c", _RUN_FUSED_KERNEL, str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt")],
-                   env=env, check=True, timeout=300)
-    assert_close(torch.load(tmp_path / "out.pt"), expected)
+    assert_close(fused_kernel_in_process(tmp_path, args, True, CONVOPS_SEPARABLE_MMA=mma), expected)

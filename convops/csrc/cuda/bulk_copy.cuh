@@ -14,14 +14,11 @@
 #include <cstdlib>
 
 #include "cuda/device_info.h"
+#include "cuda/device_utils.cuh"
 
 namespace convops {
 namespace cuda {
 namespace bulk {
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 __device__ __forceinline__ void barrier_init(uint64_t* barrier, uint32_t arrivals) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "cuda/device_utils.cuh"
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define CONVOPS_HAS_WGMMA 1
 #else
@@ -36,7 +38,7 @@ __host__ __device__ constexpr int offset(int row, int k_bytes, int stride, int s
 
 // Shared-memory matrix descriptor: start address, leading (K) and stride (M/N) byte offsets, no swizzle.
 __device__ __forceinline__ uint64_t descriptor(const void* start, uint32_t leading, uint32_t stride) {
-  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(start));
+  const uint32_t address = shared_address(start);
   return uint64_t{(address & 0x3ffff) >> 4} | uint64_t{(leading & 0x3ffff) >> 4} << 16 |
          uint64_t{(stride & 0x3ffff) >> 4} << 32;
 }
