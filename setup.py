@@ -74,7 +74,9 @@ def _hopper_as_sm90a():
         elif arch:
             arches.append(arch)
     os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(arches)
-    return _get_cuda_arch_flags() + ptx
+    # Host code learns from this macro that the 9.0 machine code has wgmma (the row-streaming separable kernel).
+    sm90a = ["-DCONVOPS_SM90A_CODE"] if "9.0a" in arches else []
+    return _get_cuda_arch_flags() + ptx + sm90a
 
 
 def _extension():

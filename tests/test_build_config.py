@@ -38,10 +38,11 @@ PTX90 = "-gencode=arch=compute_90,code=compute_90"
 ])
 def test_arch_list_builds_hopper_as_sm90a(monkeypatch, requested, arches, flags):
     """The flags are the whole target list (torch adds none once one names an arch): every requested target is in
-    it, 9.0 as sm_90a, and the compute_90 PTX where asked for."""
+    it, 9.0 as sm_90a, and the compute_90 PTX where asked for; the host code is told where sm_90a is built."""
     from torch.utils.cpp_extension import _get_cuda_arch_flags
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", requested)
     got = hopper_as_sm90a()()
-    assert got == flags
+    told = ["-DCONVOPS_SM90A_CODE"] if "9.0a" in arches.split(";") else []
+    assert got == flags + told
     assert os.environ["TORCH_CUDA_ARCH_LIST"] == arches
     assert _get_cuda_arch_flags(got) == []  # torch then keeps exactly these

@@ -332,7 +332,7 @@ def fused_kernel_in_process(tmp_path, args, tf32: bool, **env) -> torch.Tensor:
 @pytest.mark.parametrize("dtype,tf32,kernel", [(torch.float32, True, 3), (torch.float32, False, 5),
                                                (torch.bfloat16, True, 7)])
 def test_cuda_fused_box_copies_match_cp_async(tmp_path, dtype, tf32, kernel):
-    """On sm_90 the fused kernel stages its input (multiplier 1) by box copies of the bulk-copy engine; a process
+    """On sm_90 the tile kernel stages its input (multiplier 1) by box copies of the bulk-copy engine; a process
     with CONVOPS_BULK_COPIES=0 stages it by cp.async. The same bytes reach the same arithmetic: bitwise equal
     outputs (edges included: top and bottom padding, a ragged last column tile and channel chunk)."""
     if torch.cuda.get_device_capability() < (9, 0):
@@ -340,9 +340,9 @@ def test_cuda_fused_box_copies_match_cp_async(tmp_path, dtype, tf32, kernel):
     case = (2, 24, 1, 40, 13, 72, (kernel, kernel), (1, 1), (kernel // 2, kernel // 2), (1, 1), True, True)
     args = make_problem(case, dtype, "cuda")
     assert fused_kernel_takes(args[0], args[1], args[3], *args[5:])
-    with allow_tf32(tf32):
-        boxes = convops.depthwise_separable_conv2d(*args).cpu()
-    assert torch.equal(boxes, fused_kernel_in_process(tmp_path, args, tf32, CONVOPS_BULK_COPIES="0"))
+    boxes = fused_kernel_in_process(tmp_path, args, tf32, CONVOPS_SEPARABLE_KERNEL="tile")
+    assert torch.equal(boxes, fused_kernel_in_process(tmp_path, args, tf32, CONVOPS_SEPARABLE_KERNEL="tile",
+                                                      CONVOPS_BULK_COPIES="0"))
 
 
 def _edges_case(kernel):  # one tile a CTA: top and bottom padding, a ragged last column tile and channel chunk
@@ -359,7 +359,7 @@ _MANY_TILES = (8, 48, 1, 200, 62, 96, (3, 3), (1, 1), (1, 1), (1, 1), True, True
                                         (torch.float16, _edges_case(7)), (torch.float32, _MANY_TILES),
                                         (torch.bfloat16, _MANY_TILES)])
 def test_cuda_fused_kernel_on_either_mma(tmp_path, dtype, case, mma):
-    """Where the build has sm_90a code the fused kernel runs its 1x1 on wgmma (by default in 16-bit) or mma.sync
+    """Where the build has sm_90a code the tile kernel runs its 1x1 on wgmma (by default in 16-bit) or mma.sync
     (by default in TF32; always on other GPUs and plain sm_90 builds, where both runs here are mma.sync);
     CONVOPS_SEPARABLE_MMA forces either in every mode. Each matches the reference, as does the default."""
     args = make_problem(case, dtype, "cuda")
@@ -367,4 +367,60 @@ def test_cuda_fused_kernel_on_either_mma(tmp_path, dtype, case, mma):
     with allow_tf32(True):
         expected = separable_reference(*args)
         assert_close(convops.depthwise_separable_conv2d(*args), expected)
-    assert_close(fused_kernel_in_process(tmp_path, args, True, CONVOPS_SEPARABLE_MMA=mma), expected)
+    assert_close(fused_kernel_in_process(tmp_path, args, True, CONVOPS_SEPARABLE_MMA=mma,
+                                         CONVOPS_SEPARABLE_KERNEL="tile"), expected)
+
+
+def kernels_launched(fn) -> list[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+# Problems of the row-streaming kernel's scope (3x3, multiplier 1, at most 64 channels in and 128 out): the seed's
+# channels with a ragged second strip (200 = 128 + 72 columns); a partial K (24 channels), a ragged cout tile (100)
+# and no padding along H; a strip narrower than one (32 columns) with 2 rows of padding; shares of 16 rows that cross
+# strips and images (16 x 2 strips x 66 rows over 132 CTAs), no biases.
+_STREAMING = [(2, 64, 1, 128, 37, 200, (3, 3), (1, 1), (1, 1), (1, 1), True, True),
+              (3, 24, 1, 100, 19, 136, (3, 3), (1, 1), (0, 1), (1, 1), True, True),
+              (1, 8, 1, 16, 5, 32, (3, 3), (1, 1), (2, 1), (1, 1), False, True),
+              (16, 16, 1, 32, 66, 256, (3, 3), (1, 1), (1, 1), (1, 1), False, False)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", _STREAMING)
+def test_cuda_streaming_kernel_matches_reference(dtype, case):
+    """On compute capability 9.0 (with setup.py's sm_90a code) the row-streaming kernel takes these problems; in
+    TF32 and 16-bit it matches the reference as closely as the tile kernel does. Strict fp32 stays on the tile
+    kernel (3xTF32)."""
+    args = make_problem(case, dtype, "cuda")
+    assert fused_kernel_takes(args[0], args[1], args[3], *args[5:])
+    with allow_tf32(True):
+        expected = separable_reference(*args)
+        poison_allocator("cuda", expected.numel() * args[0].element_size())
+        names = kernels_launched(lambda: convops.depthwise_separable_conv2d(*args))
+        out = convops.depthwise_separable_conv2d(*args)
+    assert_close(out, expected)
+    streaming = any("separable_streaming_kernel" in n for n in names)
+    assert streaming == (torch.cuda.get_device_capability() == (9, 0)), names
+    if dtype == torch.float32:
+        with allow_tf32(False):
+            names = kernels_launched(lambda: convops.depthwise_separable_conv2d(*args))
+        assert not any("separable_streaming_kernel" in n for n in names), names
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("ctas,slots", [(7, 4), (3, 5)])
+def test_cuda_streaming_kernel_shares_and_ring_sizes(tmp_path, dtype, ctas, slots):
+    """Grids of 7 and 3 CTAs and rings of 4 and 5 slots (CONVOPS_STREAM_CTAS, CONVOPS_STREAM_SLOTS; fp32 fits 4):
+    each CTA's share of the rows then crosses several strips and images, and the ring's slots are refilled in every
+    phase. Each matches the reference, as the tile kernel does."""
+    args = make_problem(_STREAMING[3], dtype, "cuda")
+    with allow_tf32(True):
+        expected = separable_reference(*args)
+    out = fused_kernel_in_process(tmp_path, args, True, CONVOPS_STREAM_CTAS=str(ctas), CONVOPS_STREAM_SLOTS=str(slots))
+    assert_close(out, expected)
+    assert_close(fused_kernel_in_process(tmp_path, args, True, CONVOPS_SEPARABLE_KERNEL="tile"), expected)

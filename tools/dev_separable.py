@@ -1,14 +1,16 @@
-"""Device-side checks of the pipelined fused depthwise-separable kernel
-(convops/csrc/cuda/depthwise_separable_conv2d_pipelined.cuh), run on the GPU machine after convops is built.
+"""Device-side checks of the fused depthwise-separable kernels (convops/csrc/cuda/
+depthwise_separable_conv2d_streaming.cuh and _pipelined.cuh), run on the GPU machine after convops is built.
 
     python tools/dev_separable.py check   # fused-kernel shapes vs eager in every mode (and which kernel ran)
     python tools/dev_separable.py bench   # seed + W >= 112 sweep layers: eager, convops kernel, floor
     python tools/dev_separable.py bench seed   # the seed only
 
-On sm_90 the fused kernel stages its input by box copies of the bulk-copy engine where the multiplier is 1 (check
-prints "fused/box"); CONVOPS_BULK_COPIES=0 makes it use cp.async everywhere, for timing the two. Where the build has
-sm_90a code the 1x1 runs on wgmma in 16-bit and on mma.sync in TF32; CONVOPS_SEPARABLE_MMA=wgmma or =sync picks one
-for every mode, for timing the two.
+On compute capability 9.0 (sm_90a code) the row-streaming kernel takes the 3x3 problems of at most 64 -> 128
+channels in TF32 and 16-bit (check prints "fused/rows"); CONVOPS_SEPARABLE_KERNEL=tile gives them to the tile
+kernel, for timing the two. On sm_90 the tile kernel stages its input by box copies of the bulk-copy engine where
+the multiplier is 1 (check prints "fused/box"); CONVOPS_BULK_COPIES=0 makes it use cp.async everywhere. Where the
+build has sm_90a code its 1x1 runs on wgmma in 16-bit and on mma.sync in TF32; CONVOPS_SEPARABLE_MMA=wgmma or =sync
+picks one for every mode.
 """
 from __future__ import annotations
 
@@ -79,9 +81,11 @@ def check() -> int:
             args = make(shape, k, m, c_out, bias, dtype)
             pad = (k - 1) // 2
             ran = [n for n in kernels_run(lambda: op(*args, pad)) if "separable" in n or "depthwise" in n]
-            fused = any("pipelined" in n for n in ran)
+            rows = any("separable_streaming" in n for n in ran)
+            fused = rows or any("pipelined" in n for n in ran)
             # separable_pipelined_kernel<scalar, KH, KW, math, box copies, wgmma allowed>
             boxes = any("pipelined" in n and re.search(r", true, (true|false)>", n) for n in ran)
+            kind = "fused/rows" if rows else "fused/box" if boxes else "fused" if fused else "unfused"
             # Under TF32 the unfused path's 1x1 is cuDNN's, as eager's is; the fused kernel computes the exact TF32 pair
             # (eager's TF32 1x1 differs from that by ~1e-3 of the values, no reference at 1e-4).
             out = op(*args, pad)
@@ -95,7 +99,7 @@ def check() -> int:
             status = "ok" if err <= tol else "FAIL"
             failures += status == "FAIL"
             print(f"{status} {name} {shape} k{k} m{m} o{c_out} bias={bias}: max err {err:.3g} "
-                  f"({('fused/box' if boxes else 'fused') if fused else 'unfused'})")
+                  f"({kind})")
     torch.backends.cudnn.allow_tf32 = True
     print(f"check: {failures} failures")
     return failures

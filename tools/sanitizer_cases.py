@@ -86,6 +86,14 @@ def cases():
                     yield (f"separable fused k{k} {tag}",
                            lambda: torch.ops.convops.depthwise_separable_conv2d(xr, w, b, pw, None, 1, p, 1),
                            lambda: F.conv2d(F.conv2d(xr, w, b, 1, p, 1, groups=6), pw), tol[dtype])
+                if (k, p) == (3, 1):  # the row-streaming separable kernel (Hopper, at most 64 -> 128 channels)
+                    pw_s = rand(40, 6, 1, 1, dtype=dtype)
+                    xs = rand(1, 6, 9, 200, dtype=dtype)  # two strips, the second ragged
+                    for shape, inp in (("one strip", xr), ("two strips", xs)):
+                        yield (f"separable streaming {shape} {tag}",
+                               lambda inp=inp: torch.ops.convops.depthwise_separable_conv2d(inp, w, b, pw_s, None, 1,
+                                                                                            1, 1),
+                               lambda inp=inp: F.conv2d(F.conv2d(inp, w, b, 1, 1, 1, groups=6), pw_s), tol[dtype])
             # The plane-block kernel with several planes a block (enough planes that blocks take more than one).
             xp = rand(96, 6, 7, 9, dtype=dtype)
             for k, s_, m in [(3, 1, 1), (3, 2, 2), (5, 1, 1)]:

@@ -1,7 +1,9 @@
 // CUDA implementation of convops::depthwise_separable_conv2d. Under the path choice (cuda/path_choice.cuh) the op
 // runs one of:
-//   - the fused kernel (depthwise_separable_conv2d_pipelined.cuh: the depthwise intermediate stays in shared memory,
-//     the 1x1 runs on tensor cores), for the problems it covers; elsewhere the "convops" path is the mixed one;
+//   - a fused kernel (the depthwise intermediate stays in shared memory, the 1x1 runs on tensor cores), for the
+//     problems it covers: the row-streaming kernel (depthwise_separable_conv2d_streaming.cuh, Hopper, the seed's
+//     kind of problem) or the tile kernel (depthwise_separable_conv2d_pipelined.cuh); elsewhere the "convops" path
+//     is the mixed one;
 //   - "mixed": the convops depthwise kernel, then the 1x1 as a cuBLAS GEMM (or ATen's 1x1 convolution, see
 //     pointwise_as_gemm);
 //   - "aten": ATen's two convolutions.
@@ -16,6 +18,7 @@
 #include "common/precision.h"
 #include "cuda/depthwise_conv2d_launch.cuh"
 #include "cuda/depthwise_separable_conv2d_pipelined.cuh"
+#include "cuda/depthwise_separable_conv2d_streaming.cuh"
 #include "cuda/device_utils.cuh"
 #include "cuda/path_choice.cuh"
 #include "depthwise_separable_conv2d.h"
@@ -36,14 +39,18 @@ struct Operands {
   std::optional<at::Tensor> dw_bias, pw_bias;
 };
 
-// Runs (or with dry_run only asks about) the fused kernel; false where the problem is outside its scope.
+// Runs (or with dry_run only asks about) a fused kernel: the row-streaming one where it applies, else the tile one;
+// false where the problem is outside both scopes.
 bool fused_kernel(const Operands& o, const at::Tensor& output, const DepthwiseGeometry& d, bool dry_run) {
   if (o.input.scalar_type() == at::kDouble) return false;
   bool ran = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, o.input.scalar_type(), "convops_depthwise_separable", [&] {
-    ran = launch_separable_pipelined<scalar_t>(o.input, o.dw_weight, o.dw_bias, o.pw_weight, o.pw_bias, output, d,
-                                               conv_allows_tf32(o.input), c10::cuda::getCurrentCUDAStream(),
-                                               dry_run);
+    const bool tf32 = conv_allows_tf32(o.input);
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    ran = launch_separable_streaming<scalar_t>(o.input, o.dw_weight, o.dw_bias, o.pw_weight, o.pw_bias, output, d,
+                                               tf32, stream, dry_run) ||
+          launch_separable_pipelined<scalar_t>(o.input, o.dw_weight, o.dw_bias, o.pw_weight, o.pw_bias, output, d,
+                                               tf32, stream, dry_run);
   });
   return ran;
 }

@@ -805,6 +805,30 @@ bool launch_for_filter(Params<scalar_t>& p, const DepthwiseGeometry& d, cudaStre
 
 }  // namespace pipelined
 
+// The conditions both fused kernels (this one and depthwise_separable_conv2d_streaming.cuh) share: stride 1,
+// dilation 1, a square 3x3, 5x5 or 7x7 filter with "same" padding along W (the window's place in the staged vectors
+// is then fixed; any padding along H), a contiguous input whose rows are whole 16-byte vectors (box copies), a
+// contiguous output aligned for pixel pairs (the epilogues store pairs), and extents that fit an int.
+template <typename scalar_t>
+bool fused_kernel_applies(const at::Tensor& input, const at::Tensor& output, const DepthwiseGeometry& d,
+                          int64_t out_channels, bool dry_run) {
+  constexpr int kVec = 16 / sizeof(scalar_t);
+  if (d.stride_h != 1 || d.stride_w != 1 || d.dilation_h != 1 || d.dilation_w != 1) return false;
+  if (d.kernel_h != d.kernel_w || (d.kernel_h != 3 && d.kernel_h != 5 && d.kernel_h != 7)) return false;
+  if (d.pad_w != (d.kernel_w - 1) / 2) return false;
+  if (d.in_w % kVec != 0 || reinterpret_cast<uintptr_t>(input.const_data_ptr()) % 16 != 0) return false;
+  if (!input.is_contiguous() || d.batch == 0) return false;
+  if (!dry_run && (!output.is_contiguous() ||
+                   reinterpret_cast<uintptr_t>(output.const_data_ptr()) % (2 * sizeof(scalar_t)) != 0)) {
+    return false;
+  }
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  for (const int64_t v : {d.in_h, d.in_w, d.out_h, d.out_w, d.out_channels, out_channels}) {
+    if (v >= kIntMax / 8) return false;
+  }
+  return true;
+}
+
 // Runs the pipelined fused kernel and returns true, or returns false without doing anything when the problem is
 // outside its scope (see the top of this file). Tensors: input and output contiguous NCHW, weights and biases
 // contiguous. tf32: whether fp32 may use TF32 (conv_allows_tf32). dry_run: only say whether it would run (the
@@ -819,22 +843,9 @@ bool launch_separable_pipelined(const at::Tensor& input, const at::Tensor& dw_we
     return false;
   } else {
     constexpr int kVec = 16 / sizeof(scalar_t);
-    if (d.stride_h != 1 || d.stride_w != 1 || d.dilation_h != 1 || d.dilation_w != 1) return false;
-    if (d.kernel_h != d.kernel_w || (d.kernel_h != 3 && d.kernel_h != 5 && d.kernel_h != 7)) return false;
-    // "Same" padding along W (the window's place in the staged vectors is then fixed); any padding along H.
-    if (d.pad_w != (d.kernel_w - 1) / 2) return false;
-    if (d.in_w % kVec != 0 || reinterpret_cast<uintptr_t>(input.const_data_ptr()) % 16 != 0) return false;
-    if (!input.is_contiguous() || d.batch == 0) return false;
-    // The epilogue stores pixel pairs: the output must be contiguous and pair-aligned.
-    if (!dry_run && (!output.is_contiguous() ||
-                     reinterpret_cast<uintptr_t>(output.const_data_ptr()) % (2 * sizeof(scalar_t)) != 0)) {
-      return false;
-    }
-    constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-    for (const int64_t v : {d.in_h, d.in_w, d.out_h, d.out_w, d.out_channels, pw_weight.size(0)}) {
-      if (v >= kIntMax / 8) return false;
-    }
+    if (!fused_kernel_applies<scalar_t>(input, output, d, pw_weight.size(0), dry_run)) return false;
     // The stager's offsets (channel * H * W + row * W + column within a job's rectangle) are ints.
+    constexpr int64_t kIntMax = std::numeric_limits<int>::max();
     if ((kChunk + 1) * d.in_h * d.in_w + 2 * kVec >= kIntMax) return false;
     Params<scalar_t> p{};
     p.input = input.const_data_ptr<scalar_t>();

@@ -134,6 +134,53 @@ __device__ __forceinline__ void mma_m64n128k16(float (&acc)[64], uint64_t a, uin
 #endif
 }
 
+// The 32 accumulator operands of an m64n64 instruction.
+#define CONVOPS_WGMMA_ACC32(a)                                                                                      \
+  "+f"(a[0]), "+f"(a[1]), "+f"(a[2]), "+f"(a[3]), "+f"(a[4]), "+f"(a[5]), "+f"(a[6]), "+f"(a[7]), "+f"(a[8]),      \
+      "+f"(a[9]), "+f"(a[10]), "+f"(a[11]), "+f"(a[12]), "+f"(a[13]), "+f"(a[14]), "+f"(a[15]), "+f"(a[16]),        \
+      "+f"(a[17]), "+f"(a[18]), "+f"(a[19]), "+f"(a[20]), "+f"(a[21]), "+f"(a[22]), "+f"(a[23]), "+f"(a[24]),       \
+      "+f"(a[25]), "+f"(a[26]), "+f"(a[27]), "+f"(a[28]), "+f"(a[29]), "+f"(a[30]), "+f"(a[31])
+
+#define CONVOPS_WGMMA_D32                                                                                          \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31}"
+
+// acc (64 x 64) = A (64 x 8, TF32) * B (8 x 64, TF32) + (accumulate ? acc : 0), as mma_m64n128k8_tf32 for N = 64.
+__device__ __forceinline__ void mma_m64n64k8_tf32(float (&acc)[32], uint64_t a, uint64_t b, bool accumulate) {
+#if CONVOPS_HAS_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 " CONVOPS_WGMMA_D32 ", %32, %33, p, 1, 1;\n}\n"
+      : CONVOPS_WGMMA_ACC32(acc)
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
+      : "memory");
+#endif
+}
+
+// The same for 16-bit operands (K = 16), bf16 or fp16 as kBf16 says.
+template <bool kBf16>
+__device__ __forceinline__ void mma_m64n64k16(float (&acc)[32], uint64_t a, uint64_t b, bool accumulate) {
+#if CONVOPS_HAS_WGMMA
+  if constexpr (kBf16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CONVOPS_WGMMA_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : CONVOPS_WGMMA_ACC32(acc)
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
+        : "memory");
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " CONVOPS_WGMMA_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : CONVOPS_WGMMA_ACC32(acc)
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
+        : "memory");
+  }
+#endif
+}
+
+#undef CONVOPS_WGMMA_D32
+#undef CONVOPS_WGMMA_ACC32
 #undef CONVOPS_WGMMA_D64
 #undef CONVOPS_WGMMA_ACC64
 

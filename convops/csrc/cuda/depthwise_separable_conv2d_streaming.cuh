@@ -1,0 +1,597 @@
+// Row-streaming fused kernel of convops::depthwise_separable_conv2d for Hopper (sm_90a): the depthwise intermediate
+// lives only in shared memory, one output row of a 128-column strip at a time, and the pointwise 1x1 runs on wgmma.
+//
+// Scope: what the seed problem is made of. Contiguous NCHW, channel multiplier 1, stride 1, dilation 1, a 3x3
+// filter with "same" padding along W (any along H), rows of a multiple of 16 bytes, at most kMaxChannels input
+// channels and kCoutTile output channels, TF32 (fp32 with TF32 allowed) or fp16/bf16, machine code for sm_90a on a
+// compute capability 9.0 GPU. Everything else goes to the tile kernel (depthwise_separable_conv2d_pipelined.cuh).
+//
+// Why (issue #5, bench/PERF_NOTES.md): the tile kernel stages a 32 x 4 tile's input with its halo, 2.06x the tile's
+// bytes, and two 8-warp CTAs an SM are left with too few warps to hide the latency of what they stage. Here a CTA
+// walks down the rows of a strip: each input row of all channels is copied once (one bulk-copy box) into a ring of
+// row slots, and each output row is computed from the KH newest rows (the halo columns, and KH - 1 rows where a
+// CTA's share starts a strip, are all the input staged twice). The copies and the 1x1 run asynchronously.
+//
+// One CTA an SM, each with an equal contiguous share of all strips' output rows (Share):
+//   - a producer thread issues one box copy an input row (kSlotCols columns x the input channels, zero-filled
+//     outside the image: the padding) into the ring, and waits for a slot to be released before refilling it;
+//   - four consumer warpgroups, in two teams of a strip's pixel half each, compute per output row the depthwise
+//     outputs of all channels (fp32 FMA, bias then taps in (ky, kx) order as ATen does), store them into D rounded as
+//     the unfused pair would see them (TF32 ties-to-even, or the input dtype), in wgmma's K-major layout, and
+//     multiply: each warpgroup the m64n64 product of 64 couts x its team's 64 pixels over the channels. The product
+//     runs while the team computes the next row's depthwise outputs; the row is stored (the pointwise bias added)
+//     after that, in whole 128-byte lines (store_row).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include "cuda/bulk_copy.cuh"
+#include "cuda/depthwise_separable_conv2d_pipelined.cuh"
+#include "cuda/device_info.h"
+#include "cuda/device_utils.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace convops {
+namespace cuda {
+namespace depthwise {
+namespace streaming {
+
+using pipelined::Math;
+using pipelined::operand_t;
+
+// Four consumer warpgroups (so that four warps a scheduler hide the depthwise stage's shared-memory latency: with
+// two, 72% of the cycles had no eligible warp, short-scoreboard stalls the largest part), each multiplying one
+// quarter of a row's 128 couts x 128 pixels: 64 couts x 64 pixels.
+constexpr int kWarpgroups = 4;
+constexpr int kConsumerThreads = kWarpgroups * 128;
+constexpr int kThreads = kConsumerThreads + 32;        // and the producer's warp
+constexpr int kStripCols = 128;                        // output columns a strip
+constexpr int kCoutTile = 128;                         // couts of the CTA: all of the problem's
+constexpr int kWarpgroupCouts = 64, kWarpgroupPixels = 64;  // a warpgroup's m64n64 product
+constexpr int kAccumulators = kWarpgroupCouts * kWarpgroupPixels / 128;
+constexpr int kMaxChannels = 64;                       // the 1x1's K
+constexpr int kScratchRows = 4;                        // cout rows a warp stages at a time (store_row)
+constexpr int kScratchBytes = kScratchRows * kWarpgroupPixels * 4;  // a warp's, sized for fp32
+constexpr int kRunLength = 8;                          // consecutive depthwise outputs a thread computes
+// Two teams of two warpgroups, one a half of the strip's pixels (the warpgroups' quarters of the product share
+// their pixels): each team computes its half of the depthwise outputs, hands it over at its own named barrier and
+// multiplies it, so the teams drift apart and their phases (shared-memory loads, FMA, stores) overlap.
+constexpr int kTeams = 2;
+constexpr int kTeamThreads = kConsumerThreads / kTeams;
+constexpr int kTeamRuns = kWarpgroupPixels / kRunLength;  // 8 runs of a channel's row a team
+constexpr int kChannelsPerPass = kTeamThreads / kTeamRuns;
+constexpr int kPasses = kMaxChannels / kChannelsPerPass;  // runs a thread computes per output row
+constexpr int kFirstTeamBarrier = 1;                   // named barriers of the teams (0 is __syncthreads)
+
+// An input row in a ring slot: [channel][column], the box's dense layout. Column 0 is input column x0 - kVec of the
+// strip starting at x0 (box starts must be 16-byte aligned), so output column x0 + j reads slot columns
+// kVec - kPad + j + kx.
+template <typename scalar_t, int KW>
+struct RowLayout {
+  static constexpr int kVec = 16 / static_cast<int>(sizeof(scalar_t));
+  static constexpr int kPad = (KW - 1) / 2;
+  static_assert(kPad <= kVec, "the left halo fits one vector");
+  // The vectors a slot row needs, rounded up so that a quarter-warp's 16-byte loads (4 runs x 2 channels, see
+  // RunPlace) fall in distinct banks: channel rows an odd number of vectors apart in fp32 (a run's loads step by 2
+  // vectors), 4 mod 8 in 16-bit (by 1).
+  static constexpr int kNeeded = (kVec + kStripCols + kPad + kVec - 1) / kVec;
+  static constexpr int kSlotVectors = sizeof(scalar_t) == 4 ? kNeeded | 1 : kNeeded + (12 - kNeeded % 8) % 8;
+  static constexpr int kSlotCols = kSlotVectors * kVec;
+  static constexpr int kSlotBytes = kMaxChannels * kSlotCols * static_cast<int>(sizeof(scalar_t));
+  static_assert(kSlotBytes % 128 == 0, "box destinations are 128-byte aligned");
+};
+
+// D (pixels x channels) and the pointwise weights (couts x channels) as wgmma's K-major operands (wgmma.cuh): 8-row
+// groups kStride bytes apart, k-steps of 32 bytes of each row kStepBytes apart.
+template <typename op_t>
+struct OperandLayout {
+  static constexpr int kStepChannels = wgmma::kStepBytes / static_cast<int>(sizeof(op_t));
+  static constexpr int kSteps = kMaxChannels / kStepChannels;
+  // 16 bytes past a multiple of 128 between 8-pixel groups: a warp's depthwise stores (8 runs x 4 channels, each
+  // run one group) then fall in distinct banks.
+  static constexpr int kStrideD = 256 + 16;
+  static constexpr int kStepBytesD = kStripCols / wgmma::kCoreRows * kStrideD;
+  static constexpr int kBytesD = kSteps * kStepBytesD;
+  static constexpr int kStrideW = 256;
+  static constexpr int kStepBytesW = kCoutTile / wgmma::kCoreRows * kStrideW;
+  static constexpr int kBytesW = kSteps * kStepBytesW;
+};
+
+template <typename scalar_t>
+struct Params {
+  const scalar_t* __restrict__ dw_weight;
+  const scalar_t* __restrict__ dw_bias;  // nullptr: none
+  const scalar_t* __restrict__ pw_weight;
+  const scalar_t* __restrict__ pw_bias;  // nullptr: none
+  scalar_t* __restrict__ output;
+  int channels, out_channels;
+  int in_h, out_h, out_w, pad_h;
+  int strips;                              // of kStripCols output columns
+  int64_t rows;                            // output rows of all strips: batch x strips x out_h
+  int slots;                               // ring slots (at least KH + 1)
+  uint32_t row_bytes;                      // bytes of one input row's box
+  CUtensorMap input_map;                   // the input as (W, H, N * C), boxes of kSlotCols x 1 x C
+};
+
+template <typename scalar_t, int KH, int KW, Math kMath>
+struct Smem {
+  using op_t = operand_t<scalar_t, kMath>;
+  size_t ring, d, w, scratch, dw_w, dw_b, pw_b, full, empty, total;
+  __host__ __device__ explicit Smem(int slots) {
+    ring = 0;
+    d = ring + size_t(slots) * RowLayout<scalar_t, KW>::kSlotBytes;
+    w = d + OperandLayout<op_t>::kBytesD;
+    scratch = w + OperandLayout<op_t>::kBytesW;
+    dw_w = scratch + kConsumerThreads / 32 * kScratchBytes;
+    dw_b = dw_w + align(kMaxChannels * KH * KW * sizeof(float));
+    pw_b = dw_b + align(kMaxChannels * sizeof(float));
+    full = pw_b + align(kCoutTile * sizeof(float));
+    empty = full + align(slots * sizeof(uint64_t));
+    total = empty + align(slots * sizeof(uint64_t));
+  }
+  __host__ __device__ static size_t align(size_t bytes) { return (bytes + 15) / 16 * 16; }
+};
+
+// The CTA's share of the work: output rows [begin, end) of all strips, numbered strip after strip (image n, strip
+// sx, row y: (n strips + sx) out_h + y). Equal contiguous shares balance the grid to a row (bands dealt out
+// round-robin left CTAs up to a band apart), and a share crosses a strip's end at most a few times.
+struct Share {
+  int64_t begin, end;
+  __device__ __forceinline__ explicit Share(int64_t rows)
+      : begin(rows * blockIdx.x / gridDim.x), end(rows * (blockIdx.x + 1) / gridDim.x) {}
+};
+
+// A band: the part of a share within one strip: image n, output rows [y0, y0 + rows), columns [x0, x0 + kStripCols).
+struct Band {
+  int64_t n;
+  int y0, rows, x0;
+};
+
+// The band of the share that starts at row `at` (begin <= at < end).
+template <typename scalar_t>
+__device__ __forceinline__ Band band_at(const Params<scalar_t>& p, int64_t at, int64_t end) {
+  const int64_t strip = at / p.out_h;
+  const int y0 = static_cast<int>(at - strip * p.out_h);
+  const int64_t n = strip / p.strips;
+  const int rows = static_cast<int>(min(int64_t{p.out_h - y0}, end - at));
+  return Band{n, y0, rows, static_cast<int>(strip - n * p.strips) * kStripCols};
+}
+
+// The team's named barrier (ids 1 and 2; 0 is __syncthreads).
+__device__ __forceinline__ void team_barrier(int team) {
+  asm volatile("bar.sync %0, %1;" ::"r"(kFirstTeamBarrier + team), "n"(kTeamThreads) : "memory");
+}
+
+// The run a consumer thread computes in pass q: channel kChannelsPerPass q + channel, columns 8 run ... 8 run + 7 of
+// the strip. A warp covers 8 runs x 4 channels, a quarter-warp (one wavefront of 16-byte accesses) 4 runs x 2
+// channels: its window loads then fall in distinct banks (RowLayout), and its 4-byte D stores (8 runs x 4 channels
+// a warp) too (OperandLayout).
+struct RunPlace {
+  int run, channel;
+  __device__ __forceinline__ RunPlace() {
+    const int team = threadIdx.x / kTeamThreads, warp = threadIdx.x % kTeamThreads / 32, lane = threadIdx.x % 32;
+    run = team * kTeamRuns + lane % 4 + lane / 8 % 2 * 4;
+    channel = warp * 4 + lane / 4 % 2 + lane / 16 * 2;
+  }
+};
+
+// Ring row r (the r-th input row a CTA copies) lives in slot r % slots and is that slot's fill r / slots.
+struct RingRow {
+  int slot, parity;
+  __device__ __forceinline__ RingRow(int r, int slots) : slot(r % slots), parity((r / slots) & 1) {}
+};
+
+// The producer: one box copy an input row, band after band, in the order the consumers take the rows.
+template <typename scalar_t, int KH, int KW>
+__device__ __forceinline__ void produce(const Params<scalar_t>& p, unsigned char* ring, uint64_t* full,
+                                        uint64_t* empty) {
+  using RL = RowLayout<scalar_t, KW>;
+  int r = 0;
+  const Share share(p.rows);
+  for (int64_t at = share.begin; at < share.end;) {
+    const Band band = band_at(p, at, share.end);
+    at += band.rows;
+    const int channel0 = static_cast<int>(band.n * p.channels);
+    for (int j = 0; j < band.rows + KH - 1; ++j, ++r) {
+      const RingRow row(r, p.slots);
+      if (r >= p.slots) bulk::wait(&empty[row.slot], row.parity ^ 1);  // the slot's previous row is released
+      bulk::arrive_expect_bytes(&full[row.slot], p.row_bytes);
+      bulk::copy_box_to_shared(ring + size_t(row.slot) * RL::kSlotBytes, &p.input_map, band.x0 - RL::kVec,
+                               band.y0 - p.pad_h + j, channel0, &full[row.slot]);
+    }
+  }
+}
+
+// The thread's depthwise outputs of one output row (RunPlace). rows[ky]: the slot holding input row ky of the window.
+template <typename scalar_t, int KH, int KW>
+__device__ __forceinline__ void depthwise_row(float (&out)[kPasses][kRunLength], const scalar_t* const (&rows)[KH],
+                                              const float* __restrict__ dw_w, const float* __restrict__ dw_b,
+                                              int channels) {
+  using RL = RowLayout<scalar_t, KW>;
+  constexpr int V = RL::kVec, kPerWord = 4 / static_cast<int>(sizeof(scalar_t));
+  constexpr int kFirst = V - RL::kPad;       // slot column of the first run's window
+  constexpr int kSkip = kFirst % V;          // window start within its vector
+  constexpr int kWindow = kRunLength + KW - 1;
+  constexpr int kVectors = (kSkip + kWindow + V - 1) / V;
+  const RunPlace place;
+  const int column = place.run * kRunLength + kFirst / V * V;
+#pragma unroll
+  for (int q = 0; q < kPasses; ++q) {
+    const int k = q * kChannelsPerPass + place.channel;
+    if (k >= channels) {
+#pragma unroll
+      for (int i = 0; i < kRunLength; ++i) out[q][i] = 0.0f;  // channels past the end add nothing to the 1x1
+      continue;
+    }
+    const float* w = dw_w + k * KH * KW;
+    const float b = dw_b[k];
+#pragma unroll
+    for (int i = 0; i < kRunLength; ++i) out[q][i] = b;
+#pragma unroll
+    for (int ky = 0; ky < KH; ++ky) {
+      const scalar_t* src = rows[ky] + k * RL::kSlotCols + column;
+      float values[kVectors * V];
+#pragma unroll
+      for (int v = 0; v < kVectors; ++v) {
+        const uint4 u = *reinterpret_cast<const uint4*>(src + v * V);
+        const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pipelined::unpack_word<scalar_t>(words[e], values + v * V + e * kPerWord);
+      }
+#pragma unroll
+      for (int kx = 0; kx < KW; ++kx) {
+        const float wv = w[ky * KW + kx];
+#pragma unroll
+        for (int i = 0; i < kRunLength; ++i) out[q][i] = fmaf(wv, values[kSkip + i + kx], out[q][i]);
+      }
+    }
+  }
+}
+
+// Stores the row's depthwise outputs into D as the 1x1's operand: a run's 8 pixels are one core-matrix row group,
+// 16 bytes apart, at the channel's place within the rows.
+template <Math kMath, typename op_t>
+__device__ __forceinline__ void store_operands(unsigned char* d, const float (&out)[kPasses][kRunLength]) {
+  using OL = OperandLayout<op_t>;
+  const RunPlace place;
+#pragma unroll
+  for (int q = 0; q < kPasses; ++q) {
+    const int k = q * kChannelsPerPass + place.channel;
+    unsigned char* dst =
+        d + wgmma::offset(place.run * kRunLength, k * static_cast<int>(sizeof(op_t)), OL::kStrideD, OL::kStepBytesD);
+#pragma unroll
+    for (int i = 0; i < kRunLength; ++i) {
+      *reinterpret_cast<op_t*>(dst + i * 16) = pipelined::to_operand<kMath, op_t>(out[q][i]);
+    }
+  }
+}
+
+// Where warpgroup wg's product lies in the row: couts [first_cout, + 64) x pixels [first_pixel, + 64).
+struct Quarter {
+  int first_cout, first_pixel;
+  __device__ __forceinline__ explicit Quarter(int wg)
+      : first_cout(wg % 2 * kWarpgroupCouts), first_pixel(wg / 2 * kWarpgroupPixels) {}
+};
+
+// Warpgroup wg's product, summed over all kMaxChannels channels (those past the input's are zero in D and W), one
+// m64n64 instruction a k-step; issued and committed, not waited for.
+template <typename scalar_t, Math kMath>
+__device__ __forceinline__ void issue_product(float (&acc)[kAccumulators], const unsigned char* w,
+                                              const unsigned char* d, const Quarter& quarter) {
+  using OL = OperandLayout<operand_t<scalar_t, kMath>>;
+  const unsigned char* w_rows = w + quarter.first_cout / wgmma::kCoreRows * OL::kStrideW;
+  const unsigned char* d_rows = d + quarter.first_pixel / wgmma::kCoreRows * OL::kStrideD;
+  wgmma::fence();  // orders the previous row's stores (which read the accumulators) before the new sums
+#pragma unroll
+  for (int s = 0; s < OL::kSteps; ++s) {
+    const uint64_t a = wgmma::descriptor(w_rows + s * OL::kStepBytesW, wgmma::kCoreBytes, OL::kStrideW);
+    const uint64_t b = wgmma::descriptor(d_rows + s * OL::kStepBytesD, wgmma::kCoreBytes, OL::kStrideD);
+    if constexpr (kMath == Math::kHalf) {
+      wgmma::mma_m64n64k16<std::is_same_v<scalar_t, at::BFloat16>>(acc, a, b, s > 0);
+    } else {
+      wgmma::mma_m64n64k8_tf32(acc, a, b, s > 0);
+    }
+  }
+  wgmma::commit();
+}
+
+// An output row of a strip: image n, row y, columns [x0, x0 + kStripCols).
+struct OutputRow {
+  int64_t n;
+  int y, x0;
+};
+
+// Stores warpgroup wg's products (the m64n64 fragment: acc[4 j + e] is cout 16 (warp % 4) + lane / 4 (+ 8 for
+// e >= 2) of its quarter, pixel 8 j + 2 (lane % 4) (+ 1 for odd e)) with the pointwise bias.
+//
+// The fragment gives a lane pixel pairs of two couts: stored as they are, each warp instruction writes 8 couts' rows
+// 32 bytes (fp32) or 16 bytes (16-bit: half sectors) apart, and the stores, not the bytes, limited the kernel (seed,
+// H200: 1.08 ms in TF32 and 1.07 in bf16 with them, 0.69 / 0.56 without). So each warp passes its rows through
+// kScratchRows-row scratch in shared memory and writes 16-byte vectors, whole 128-byte lines of each cout's row.
+// The scratch holds rows of 64 pixels whose 8-pixel groups are XOR-swizzled by the row (group j of row g at j ^ g),
+// so that the fragment's writes (4 rows x 4 lanes a group) fall in distinct banks.
+// (The sums go to new registers: ordinary instructions that define wgmma's accumulators make ptxas serialize it.)
+template <typename scalar_t>
+__device__ __forceinline__ void store_row(const Params<scalar_t>& p, const OutputRow& row,
+                                          const float (&acc)[kAccumulators], const float* __restrict__ pw_b,
+                                          const Quarter& quarter, unsigned char* __restrict__ scratch) {
+  constexpr int kPx = 16 / static_cast<int>(sizeof(scalar_t));  // pixels of a 16-byte vector
+  constexpr int kRowVectors = kWarpgroupPixels / kPx;
+  constexpr int kReads = kScratchRows * kRowVectors / 32;        // vectors a lane stores a round
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int warp_cout = quarter.first_cout + warp * 16;  // the warp's 16 couts
+  const int x = row.x0 + quarter.first_pixel;            // and its 64 columns
+  const int64_t plane = int64_t{p.out_h} * p.out_w;
+  scalar_t* const rows = p.output + (row.n * p.out_channels + warp_cout) * plane + int64_t{row.y} * p.out_w + x;
+  scalar_t* const slots = reinterpret_cast<scalar_t*>(scratch);
+  // Round (half, quad): couts 8 half + 4 quad ... + 3 of the warp, held by lanes 16 quad ... 16 quad + 15.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float bias = pw_b[warp_cout + g + 8 * half];
+#pragma unroll
+    for (int quad = 0; quad < 2; ++quad) {
+      if (g / 4 == quad) {
+        const int r = g % 4;
+#pragma unroll
+        for (int j = 0; j < kWarpgroupPixels / 8; ++j) {
+          scalar_t* dst = slots + r * kWarpgroupPixels + (j ^ r) * 8 + 2 * t;
+          const float v0 = acc[4 * j + 2 * half] + bias, v1 = acc[4 * j + 2 * half + 1] + bias;
+          if constexpr (std::is_same_v<scalar_t, float>) {
+            *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+          } else {
+            *reinterpret_cast<uint32_t*>(dst) =
+                pipelined::pack_pair(static_cast<scalar_t>(v0), static_cast<scalar_t>(v1));
+          }
+        }
+      }
+      __syncwarp();
+#pragma unroll
+      for (int k = 0; k < kReads; ++k) {
+        const int v = lane + 32 * k, r = v / kRowVectors, px = v % kRowVectors * kPx;
+        const int cout = warp_cout + 8 * half + 4 * quad + r;
+        const uint4 value = *reinterpret_cast<const uint4*>(slots + r * kWarpgroupPixels + (px / 8 ^ r) * 8 + px % 8);
+        if (cout < p.out_channels && x + px < p.out_w) {  // (a vector is wholly inside or outside: out_w % kPx == 0)
+          __stcs(reinterpret_cast<uint4*>(rows + (cout - warp_cout) * plane + px), value);
+        }
+      }
+      __syncwarp();
+    }
+  }
+}
+
+template <typename scalar_t, int KH, int KW, Math kMath>
+__global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const __grid_constant__ Params<scalar_t> p) {
+#if CONVOPS_HAS_WGMMA
+  using op_t = operand_t<scalar_t, kMath>;
+  using RL = RowLayout<scalar_t, KW>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const Smem<scalar_t, KH, KW, kMath> s(p.slots);
+  unsigned char* ring = smem_raw + s.ring;
+  unsigned char* d = smem_raw + s.d;
+  unsigned char* w = smem_raw + s.w;
+  unsigned char* scratch = smem_raw + s.scratch + threadIdx.x / 32 * kScratchBytes;  // the warp's
+  float* dw_w = reinterpret_cast<float*>(smem_raw + s.dw_w);
+  float* dw_b = reinterpret_cast<float*>(smem_raw + s.dw_b);
+  float* pw_b = reinterpret_cast<float*>(smem_raw + s.pw_b);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem_raw + s.full);    // slot i holds its row
+  uint64_t* empty = reinterpret_cast<uint64_t*>(smem_raw + s.empty);  // slot i's row is released
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < p.slots; ++i) {
+      bulk::barrier_init(&full[i], 1);
+      bulk::barrier_init(&empty[i], kTeams);
+    }
+    bulk::fence_for_async_proxy();
+  }
+  // The parameters, rounded as the MMA takes them; zeros past the problem's channels and couts.
+  using OL = OperandLayout<op_t>;
+  for (int i = threadIdx.x; i < kCoutTile * kMaxChannels; i += kThreads) {
+    const int cl = i / kMaxChannels, k = i % kMaxChannels;
+    const float v = cl < p.out_channels && k < p.channels
+                        ? static_cast<float>(p.pw_weight[int64_t{cl} * p.channels + k])
+                        : 0.0f;
+    const int at = wgmma::offset(cl, k * static_cast<int>(sizeof(op_t)), OL::kStrideW, OL::kStepBytesW);
+    *reinterpret_cast<op_t*>(w + at) = pipelined::to_operand<kMath, op_t>(v);
+  }
+  wgmma::publish_stores();  // the weights are read by wgmma
+  for (int i = threadIdx.x; i < p.channels * KH * KW; i += kThreads) dw_w[i] = static_cast<float>(p.dw_weight[i]);
+  for (int i = threadIdx.x; i < p.channels; i += kThreads) {
+    dw_b[i] = p.dw_bias != nullptr ? static_cast<float>(p.dw_bias[i]) : 0.0f;
+  }
+  for (int i = threadIdx.x; i < kCoutTile; i += kThreads) {
+    pw_b[i] = p.pw_bias != nullptr && i < p.out_channels ? static_cast<float>(p.pw_bias[i]) : 0.0f;
+  }
+  __syncthreads();
+
+  if (threadIdx.x >= kConsumerThreads) {
+    if (threadIdx.x == kConsumerThreads) produce<scalar_t, KH, KW>(p, ring, full, empty);
+    return;
+  }
+
+  const Quarter quarter(threadIdx.x / 128);
+  const int team = threadIdx.x / kTeamThreads;
+  static_assert(kWarpgroupPixels * kTeams == kStripCols, "warpgroup wg's pixels are team wg / 2's");
+  float acc[kAccumulators];
+  // Step through the CTA's bands row by row. Each iteration computes a row's depthwise outputs, stores the previous
+  // row (its product is complete), hands D over and issues this row's product. wgmma is issued and waited for on
+  // every iteration, the last too (on a D not written again, its result dropped): ptxas serializes wgmma whose issue
+  // or wait lies on a conditional path.
+  const Share share(p.rows);
+  int64_t at = share.begin;  // the band's first row
+  Band band = band_at(p, at, share.end);
+  int i = 0;       // the row within the band
+  int first = 0;   // ring row of the band's first input row
+  OutputRow previous{0, 0, 0};
+  bool stored = true;  // the previous row is stored (none yet)
+  for (;;) {
+    const bool active = at < share.end;
+    float out[kPasses][kRunLength];
+    if (active) {
+      const scalar_t* rows[KH];
+#pragma unroll
+      for (int ky = 0; ky < KH; ++ky) {
+        const RingRow row(first + i + ky, p.slots);
+        bulk::wait(&full[row.slot], row.parity);
+        rows[ky] = reinterpret_cast<const scalar_t*>(ring + size_t(row.slot) * RL::kSlotBytes);
+      }
+      depthwise_row<scalar_t, KH, KW>(out, rows, dw_w, dw_b, p.channels);
+    }
+    wgmma::wait<0>();
+    wgmma::pin(acc);
+    if (!stored) store_row(p, previous, acc, pw_b, quarter, scratch);
+    // The team's products of the previous row have completed (its half of D is free) and its threads have read this
+    // row's window: the oldest row, or at a band's end all of its rows, go back to the producer once both teams
+    // release them.
+    team_barrier(team);
+    if (active) {
+      if (threadIdx.x % kTeamThreads == 0) {
+        const int last = i + 1 == band.rows ? i + KH - 1 : i;
+        for (int r = first + i; r <= first + last; ++r) bulk::arrive(&empty[RingRow(r, p.slots).slot]);
+      }
+      store_operands<kMath, op_t>(d, out);
+      wgmma::publish_stores();
+    }
+    team_barrier(team);
+    issue_product<scalar_t, kMath>(acc, w, d, quarter);
+    wgmma::pin(acc);
+    if (!active) break;
+    previous = OutputRow{band.n, band.y0 + i, band.x0};
+    stored = false;
+    if (++i == band.rows) {
+      first += band.rows + KH - 1;
+      i = 0;
+      at += band.rows;
+      if (at < share.end) band = band_at(p, at, share.end);
+    }
+  }
+  wgmma::wait<0>();
+#else
+  __trap();  // launch() runs this kernel only where its machine code is sm_90a
+#endif
+}
+
+// Whether the loaded machine code of this extension has wgmma: setup.py defines CONVOPS_SM90A_CODE where it builds
+// sm_90a, whose code the driver loads on compute capability 9.0 only.
+inline bool runs_here() {
+#if defined(CONVOPS_SM90A_CODE)
+  return device_attribute<cudaDevAttrComputeCapabilityMajor>() == 9 &&
+         device_attribute<cudaDevAttrComputeCapabilityMinor>() == 0;
+#else
+  return false;
+#endif
+}
+
+// CONVOPS_SEPARABLE_KERNEL=tile turns this kernel off (read once), for timing it against the tile kernel; the env
+// CONVOPS_STREAM_CTAS and CONVOPS_STREAM_SLOTS cap the grid and the ring depth, for tests and tuning.
+inline bool enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("CONVOPS_SEPARABLE_KERNEL");
+    return env == nullptr || std::string(env) != "tile";
+  }();
+  return on;
+}
+
+inline int env_int(const char* name, int fallback) {
+  const char* env = std::getenv(name);
+  return env != nullptr && std::atoi(env) > 0 ? std::atoi(env) : fallback;
+}
+
+template <typename scalar_t, int KH, int KW, Math kMath>
+bool launch(Params<scalar_t>& p, const scalar_t* input, int64_t batch, int in_w, cudaStream_t stream, bool dry_run) {
+  using RL = RowLayout<scalar_t, KW>;
+  // As many slots as fit next to D and the weights, up to 8 (3x3: 4 in fp32, 8 in 16-bit).
+  static const int max_slots = env_int("CONVOPS_STREAM_SLOTS", 8);
+  const size_t max_smem = max_shared_memory_per_block();
+  int slots = KH + 1;
+  if (Smem<scalar_t, KH, KW, kMath>(slots).total > max_smem) return false;
+  while (slots < max_slots && Smem<scalar_t, KH, KW, kMath>(slots + 1).total <= max_smem) ++slots;
+  p.slots = slots;
+  p.strips = (p.out_w + kStripCols - 1) / kStripCols;
+  p.rows = batch * p.strips * p.out_h;
+  if (dry_run) return true;
+
+  const CUtensorMapDataType type = std::is_same_v<scalar_t, float>       ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : std::is_same_v<scalar_t, at::Half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                         : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const uint64_t row = uint64_t(in_w) * sizeof(scalar_t);
+  p.row_bytes = static_cast<uint32_t>(RL::kSlotCols * p.channels * sizeof(scalar_t));
+  if (!bulk::encode_tensor_map_3d(&p.input_map, type, input,
+                                  {uint64_t(in_w), uint64_t(p.in_h), uint64_t(batch) * uint64_t(p.channels)},
+                                  {row, row * uint64_t(p.in_h)},
+                                  {static_cast<uint32_t>(RL::kSlotCols), 1u, static_cast<uint32_t>(p.channels)})) {
+    return false;
+  }
+  const auto kernel = separable_streaming_kernel<scalar_t, KH, KW, kMath>;
+  const size_t smem = Smem<scalar_t, KH, KW, kMath>(p.slots).total;
+  // The attribute is per device and kernel: set it once per device (a driver call on every launch costs
+  // microseconds on launch-bound layers).
+  static std::atomic<uint64_t> configured{0};
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if ((configured.load(std::memory_order_relaxed) & bit) == 0 || bit == 0) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(max_smem)));
+    configured.fetch_or(bit, std::memory_order_relaxed);
+  }
+  static const int max_ctas = env_int("CONVOPS_STREAM_CTAS", std::numeric_limits<int>::max());
+  const int64_t ctas = std::min<int64_t>({p.rows, multiprocessor_count(), max_ctas});
+  kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
+}  // namespace streaming
+
+// Runs the row-streaming fused kernel and returns true, or returns false without doing anything when the problem is
+// outside its scope (see the top of this file). The arguments are launch_separable_pipelined's.
+template <typename scalar_t>
+bool launch_separable_streaming(const at::Tensor& input, const at::Tensor& dw_weight,
+                                const std::optional<at::Tensor>& dw_bias, const at::Tensor& pw_weight,
+                                const std::optional<at::Tensor>& pw_bias, const at::Tensor& output,
+                                const DepthwiseGeometry& d, bool tf32, cudaStream_t stream, bool dry_run) {
+  using namespace streaming;
+  if constexpr (std::is_same_v<scalar_t, double>) {
+    return false;
+  } else {
+    if (!enabled() || !runs_here()) return false;
+    if (!fused_kernel_applies<scalar_t>(input, output, d, pw_weight.size(0), dry_run)) return false;
+    // The epilogue stores 16-byte vectors.
+    if (!dry_run && reinterpret_cast<uintptr_t>(output.const_data_ptr()) % 16 != 0) return false;
+    if (std::is_same_v<scalar_t, float> && !tf32) return false;  // strict fp32: the tile kernel's 3xTF32
+    if (d.multiplier != 1 || d.kernel_h != 3 || d.kernel_w != 3 || d.pad_w != 1) return false;
+    if (d.in_channels > kMaxChannels || pw_weight.size(0) > kCoutTile || d.out_w != d.in_w) return false;
+    // Box coordinates (channel n * C, rows) are ints.
+    if (d.batch * d.in_channels >= std::numeric_limits<int>::max()) return false;
+    Params<scalar_t> p{};
+    p.dw_weight = dw_weight.const_data_ptr<scalar_t>();
+    p.dw_bias = dw_bias.has_value() && dw_bias->defined() ? dw_bias->const_data_ptr<scalar_t>() : nullptr;
+    p.pw_weight = pw_weight.const_data_ptr<scalar_t>();
+    p.pw_bias = pw_bias.has_value() && pw_bias->defined() ? pw_bias->const_data_ptr<scalar_t>() : nullptr;
+    p.output = dry_run ? nullptr : output.mutable_data_ptr<scalar_t>();
+    p.channels = static_cast<int>(d.in_channels);
+    p.out_channels = static_cast<int>(pw_weight.size(0));
+    p.in_h = static_cast<int>(d.in_h);
+    p.out_h = static_cast<int>(d.out_h);
+    p.out_w = static_cast<int>(d.out_w);
+    p.pad_h = static_cast<int>(d.pad_h);
+    const scalar_t* in = input.const_data_ptr<scalar_t>();
+    constexpr Math kMath = std::is_same_v<scalar_t, float> ? Math::kTf32 : Math::kHalf;
+    return launch<scalar_t, 3, 3, kMath>(p, in, d.batch, static_cast<int>(d.in_w), stream, dry_run);
+  }
+}
+
+}  // namespace depthwise
+}  // namespace cuda
+}  // namespace convops
