@@ -378,14 +378,15 @@ def kernels_launched(fn) -> list[str]:
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
-# Problems of the row-streaming kernel's scope (3x3, multiplier 1, at most 64 channels in and 128 out): the seed's
+# Problems of the row-streaming kernel's scope (3x3, multiplier 1, at most 64 channels in, 64 to 128 out): the seed's
 # channels with a ragged second strip (200 = 128 + 72 columns); a partial K (24 channels), a ragged cout tile (100)
 # and no padding along H; a strip narrower than one (32 columns) with 2 rows of padding; shares of 16 rows that cross
-# strips and images (16 x 2 strips x 66 rows over 132 CTAs), no biases.
+# strips and images (16 x 2 strips x 66 rows over 132 CTAs), 72 couts (a warp with 8 of its 16 couts), no
+# biases.
 _STREAMING = [(2, 64, 1, 128, 37, 200, (3, 3), (1, 1), (1, 1), (1, 1), True, True),
               (3, 24, 1, 100, 19, 136, (3, 3), (1, 1), (0, 1), (1, 1), True, True),
-              (1, 8, 1, 16, 5, 32, (3, 3), (1, 1), (2, 1), (1, 1), False, True),
-              (16, 16, 1, 32, 66, 256, (3, 3), (1, 1), (1, 1), (1, 1), False, False)]
+              (1, 8, 1, 64, 5, 32, (3, 3), (1, 1), (2, 1), (1, 1), False, True),
+              (16, 16, 1, 72, 66, 256, (3, 3), (1, 1), (1, 1), (1, 1), False, False)]
 
 
 @pytest.mark.cuda
@@ -409,6 +410,17 @@ def test_cuda_streaming_kernel_matches_reference(dtype, case):
         with allow_tf32(False):
             names = kernels_launched(lambda: convops.depthwise_separable_conv2d(*args))
         assert not any("separable_streaming_kernel" in n for n in names), names
+
+
+@pytest.mark.cuda
+def test_cuda_streaming_kernel_leaves_few_couts_to_the_tile_kernel():
+    """Under 64 couts (where the streaming kernel's 128-cout rows cost more than they bring) the tile kernel runs."""
+    args = make_problem((2, 32, 1, 16, 20, 128, (3, 3), (1, 1), (1, 1), (1, 1), True, True), torch.float32, "cuda")
+    with allow_tf32(True):
+        names = kernels_launched(lambda: convops.depthwise_separable_conv2d(*args))
+        assert_close(convops.depthwise_separable_conv2d(*args), separable_reference(*args))
+    assert not any("separable_streaming_kernel" in n for n in names), names
+    assert any("separable_pipelined_kernel" in n for n in names), names
 
 
 @pytest.mark.cuda

@@ -3,7 +3,7 @@
 //
 // Scope: what the seed problem is made of. Contiguous NCHW, channel multiplier 1, stride 1, dilation 1, a 3x3
 // filter with "same" padding along W (any along H), rows of a multiple of 16 bytes, at most kMaxChannels input
-// channels and kCoutTile output channels, TF32 (fp32 with TF32 allowed) or fp16/bf16, machine code for sm_90a on a
+// channels and kMinCouts to kCoutTile output channels, TF32 (fp32 with TF32 allowed) or fp16/bf16, machine code for sm_90a on a
 // compute capability 9.0 GPU. Everything else goes to the tile kernel (depthwise_separable_conv2d_pipelined.cuh).
 //
 // Why (issue #5, bench/PERF_NOTES.md): the tile kernel stages a 32 x 4 tile's input with its halo, 2.06x the tile's
@@ -61,6 +61,7 @@ constexpr int kCoutTile = 128;                         // couts of the CTA: all 
 constexpr int kWarpgroupCouts = 64, kWarpgroupPixels = 64;  // a warpgroup's m64n64 product
 constexpr int kAccumulators = kWarpgroupCouts * kWarpgroupPixels / 128;
 constexpr int kMaxChannels = 64;                       // the 1x1's K
+constexpr int kMinCouts = 64;                          // fewer go to the tile kernel (launch_separable_streaming)
 constexpr int kScratchRows = 4;                        // cout rows a warp stages at a time (store_row)
 constexpr int kScratchBytes = kScratchRows * kWarpgroupPixels * 4;  // a warp's, sized for fp32
 constexpr int kRunLength = 8;                          // consecutive depthwise outputs a thread computes
@@ -572,6 +573,9 @@ bool launch_separable_streaming(const at::Tensor& input, const at::Tensor& dw_we
     if (std::is_same_v<scalar_t, float> && !tf32) return false;  // strict fp32: the tile kernel's 3xTF32
     if (d.multiplier != 1 || d.kernel_h != 3 || d.kernel_w != 3 || d.pad_w != 1) return false;
     if (d.in_channels > kMaxChannels || pw_weight.size(0) > kCoutTile || d.out_w != d.in_w) return false;
+    // A row costs the 1x1 of kCoutTile couts whatever the problem's: with few couts the tile kernel is faster (H200,
+    // bench sweep, MobileNetV2 32 -> 16 channels at 112 x 112, batch 32, TF32: 0.099 ms against 0.061).
+    if (pw_weight.size(0) < kMinCouts) return false;
     // Box coordinates (channel n * C, rows) are ints.
     if (d.batch * d.in_channels >= std::numeric_limits<int>::max()) return false;
     Params<scalar_t> p{};
