@@ -89,7 +89,8 @@ def cases():
                 if (k, p) == (3, 1):  # the row-streaming separable kernel (Hopper, <= 64 -> 64 to 128 channels)
                     pw_s = rand(72, 6, 1, 1, dtype=dtype)
                     xs = rand(1, 6, 9, 200, dtype=dtype)  # two strips, the second ragged
-                    for shape, inp in (("one strip", xr), ("two strips", xs)):
+                    xt = rand(2, 6, 330, 40, dtype=dtype)  # 660 rows: shares of 5 rows, the ring refilled
+                    for shape, inp in (("one strip", xr), ("two strips", xs), ("tall", xt)):
                         yield (f"separable streaming {shape} {tag}",
                                lambda inp=inp: torch.ops.convops.depthwise_separable_conv2d(inp, w, b, pw_s, None, 1,
                                                                                             1, 1),

@@ -808,7 +808,8 @@ bool launch_for_filter(Params<scalar_t>& p, const DepthwiseGeometry& d, cudaStre
 // The conditions both fused kernels (this one and depthwise_separable_conv2d_streaming.cuh) share: stride 1,
 // dilation 1, a square 3x3, 5x5 or 7x7 filter with "same" padding along W (the window's place in the staged vectors
 // is then fixed; any padding along H), a contiguous input whose rows are whole 16-byte vectors (box copies), a
-// contiguous output aligned for pixel pairs (the epilogues store pairs), and extents that fit an int.
+// contiguous output aligned for pixel pairs (the tile kernel's epilogue stores pairs; the streaming kernel checks
+// the 16-byte alignment of its vector stores itself), and extents that fit an int.
 template <typename scalar_t>
 bool fused_kernel_applies(const at::Tensor& input, const at::Tensor& output, const DepthwiseGeometry& d,
                           int64_t out_channels, bool dry_run) {

@@ -3,8 +3,9 @@
 //
 // Scope: what the seed problem is made of. Contiguous NCHW, channel multiplier 1, stride 1, dilation 1, a 3x3
 // filter with "same" padding along W (any along H), rows of a multiple of 16 bytes, at most kMaxChannels input
-// channels and kMinCouts to kCoutTile output channels, TF32 (fp32 with TF32 allowed) or fp16/bf16, machine code for sm_90a on a
-// compute capability 9.0 GPU. Everything else goes to the tile kernel (depthwise_separable_conv2d_pipelined.cuh).
+// channels and kMinCouts to kCoutTile output channels, TF32 (fp32 with TF32 allowed) or fp16/bf16, machine code for
+// sm_90a on a compute capability 9.0 GPU. Everything else goes to the tile kernel
+// (depthwise_separable_conv2d_pipelined.cuh).
 //
 // Why (issue #5, bench/PERF_NOTES.md): the tile kernel stages a 32 x 4 tile's input with its halo, 2.06x the tile's
 // bytes, and two 8-warp CTAs an SM are left with too few warps to hide the latency of what they stage. Here a CTA
@@ -145,8 +146,9 @@ struct Smem {
 };
 
 // The CTA's share of the work: output rows [begin, end) of all strips, numbered strip after strip (image n, strip
-// sx, row y: (n strips + sx) out_h + y). Equal contiguous shares balance the grid to a row (bands dealt out
-// round-robin left CTAs up to a band apart), and a share crosses a strip's end at most a few times.
+// sx, row y: (n strips + sx) out_h + y). Equal contiguous shares balance the grid to a row (bands of 16 to 128 rows
+// dealt out round-robin, measured first, left CTAs up to a band apart), and a share crosses a strip's end at most a
+// few times.
 struct Share {
   int64_t begin, end;
   __device__ __forceinline__ explicit Share(int64_t rows)
@@ -571,8 +573,9 @@ bool launch_separable_streaming(const at::Tensor& input, const at::Tensor& dw_we
     // The epilogue stores 16-byte vectors.
     if (!dry_run && reinterpret_cast<uintptr_t>(output.const_data_ptr()) % 16 != 0) return false;
     if (std::is_same_v<scalar_t, float> && !tf32) return false;  // strict fp32: the tile kernel's 3xTF32
-    if (d.multiplier != 1 || d.kernel_h != 3 || d.kernel_w != 3 || d.pad_w != 1) return false;
-    if (d.in_channels > kMaxChannels || pw_weight.size(0) > kCoutTile || d.out_w != d.in_w) return false;
+    // (fused_kernel_applies has checked stride 1, dilation 1 and "same" padding along W: out_w == in_w.)
+    if (d.multiplier != 1 || d.kernel_h != 3 || d.kernel_w != 3) return false;
+    if (d.in_channels > kMaxChannels || pw_weight.size(0) > kCoutTile) return false;
     // A row costs the 1x1 of kCoutTile couts whatever the problem's: with few couts the tile kernel is faster (H200,
     // bench sweep, MobileNetV2 32 -> 16 channels at 112 x 112, batch 32, TF32: 0.099 ms against 0.061).
     if (pw_weight.size(0) < kMinCouts) return false;

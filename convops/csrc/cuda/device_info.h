@@ -11,19 +11,19 @@
 namespace convops {
 namespace cuda {
 
-// Attribute `Attr` of the current device, read once per device.
+// Attribute `Attr` (a count or a version: not negative) of the current device, read once per device.
 template <cudaDeviceAttr Attr>
 int device_attribute() {
   constexpr int kMaxDevices = 64;
-  static std::array<std::atomic<int>, kMaxDevices> cached{};  // 0: not read yet
+  static std::array<std::atomic<int>, kMaxDevices> cached{};  // the value + 1; 0: not read yet (values may be 0)
   int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
   if (device >= 0 && device < kMaxDevices) {
-    if (const int value = cached[device].load(std::memory_order_relaxed); value > 0) return value;
+    if (const int stored = cached[device].load(std::memory_order_relaxed); stored > 0) return stored - 1;
   }
   int value = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, Attr, device));
-  if (device >= 0 && device < kMaxDevices) cached[device].store(value, std::memory_order_relaxed);
+  if (device >= 0 && device < kMaxDevices && value >= 0) cached[device].store(value + 1, std::memory_order_relaxed);
   return value;
 }
 
