@@ -122,6 +122,14 @@ def assert_output_layout(output: torch.Tensor, input: torch.Tensor) -> None:
 OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
 
 
+def cuda_kernels_run(fn) -> set[str]:
+    """Names of the CUDA kernels that fn() launched (from the profiler)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.key for e in prof.key_averages()}
+
+
 def opcheck(op, args, kwargs=None) -> None:
     result = torch.library.opcheck(op, args, kwargs or {}, test_utils=OPCHECK_UTILS)
     assert all(v == "SUCCESS" for v in result.values()), result

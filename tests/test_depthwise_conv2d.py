@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 import convops
-from common_utils import (DEVICES, DTYPES, LAYOUTS, allow_tf32, assert_close, assert_output_layout, make_tensor,
-                          opcheck, poison_allocator, reference)
+from common_utils import (DEVICES, DTYPES, LAYOUTS, allow_tf32, assert_close, assert_output_layout,
+                          cuda_kernels_run, make_tensor, opcheck, poison_allocator, reference)
 
 OP = torch.ops.convops.depthwise_conv2d.default
 
@@ -94,14 +94,6 @@ def test_cuda_seed_like_shape_matches_eager_bitwise_order():
     bias = make_tensor((8,), torch.float32, "cuda")
     torch.testing.assert_close(convops.depthwise_conv2d(x, weight, bias, 1, 1, 1),
                                F.conv2d(x, weight, bias, 1, 1, 1, groups=8), atol=1e-6, rtol=1e-6)
-
-
-def cuda_kernels_run(fn) -> set[str]:
-    """Names of the CUDA kernels that fn() launched (from the profiler)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return {e.key for e in prof.key_averages()}
 
 
 # Row-streaming problems: (C_in, multiplier, H, W, kernel, padding) with rows a whole number of 16-byte vectors,

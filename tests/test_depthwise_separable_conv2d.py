@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 import convops
-from common_utils import (DEVICES, DTYPES, LAYOUTS, allow_tf32, assert_close, assert_output_layout, make_tensor,
-                          opcheck, poison_allocator, round_tf32, tf32_active)
+from common_utils import (DEVICES, DTYPES, LAYOUTS, allow_tf32, assert_close, assert_output_layout,
+                          cuda_kernels_run, make_tensor, opcheck, poison_allocator, round_tf32, tf32_active)
 
 OP = torch.ops.convops.depthwise_separable_conv2d.default
 
@@ -372,13 +372,6 @@ def test_cuda_fused_kernel_on_either_mma(tmp_path, dtype, case, mma):
                                          CONVOPS_SEPARABLE_KERNEL="tile"), expected)
 
 
-def kernels_launched(fn) -> list[str]:
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-
-
 # Problems of the row-streaming kernel's scope (3x3, multiplier 1, at most 64 channels in, 64 to 128 out): the seed's
 # channels with a ragged second strip (200 = 128 + 72 columns); a partial K (24 channels), a ragged cout tile (100)
 # and no padding along H; a strip narrower than one (32 columns) with 2 rows of padding; shares of 16 rows that cross
@@ -402,14 +395,14 @@ def test_cuda_streaming_kernel_matches_reference(dtype, case):
     with allow_tf32(True):
         expected = separable_reference(*args)
         poison_allocator("cuda", expected.numel() * args[0].element_size())
-        names = kernels_launched(lambda: convops.depthwise_separable_conv2d(*args))
+        names = cuda_kernels_run(lambda: convops.depthwise_separable_conv2d(*args))
         out = convops.depthwise_separable_conv2d(*args)
     assert_close(out, expected)
     streaming = any("separable_streaming_kernel" in n for n in names)
     assert streaming == (torch.cuda.get_device_capability() == (9, 0)), names
     if dtype == torch.float32:
         with allow_tf32(False):
-            names = kernels_launched(lambda: convops.depthwise_separable_conv2d(*args))
+            names = cuda_kernels_run(lambda: convops.depthwise_separable_conv2d(*args))
         assert not any("separable_streaming_kernel" in n for n in names), names
 
 
@@ -418,7 +411,7 @@ def test_cuda_streaming_kernel_leaves_few_couts_to_the_tile_kernel():
     """Under 64 couts (where the streaming kernel's 128-cout rows cost more than they bring) the tile kernel runs."""
     args = make_problem((2, 32, 1, 16, 20, 128, (3, 3), (1, 1), (1, 1), (1, 1), True, True), torch.float32, "cuda")
     with allow_tf32(True):
-        names = kernels_launched(lambda: convops.depthwise_separable_conv2d(*args))
+        names = cuda_kernels_run(lambda: convops.depthwise_separable_conv2d(*args))
         assert_close(convops.depthwise_separable_conv2d(*args), separable_reference(*args))
     assert not any("separable_streaming_kernel" in n for n in names), names
     assert any("separable_pipelined_kernel" in n for n in names), names

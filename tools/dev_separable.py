@@ -27,6 +27,7 @@ import convops  # noqa: E402
 from bench.timing import bench_ms, rotating, rotation_count  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 # The unfused pair in float64 with the operands rounded as a correct kernel sees them (TF32 under TF32).
+from common_utils import cuda_kernels_run  # noqa: E402
 from test_depthwise_separable_conv2d import separable_reference  # noqa: E402
 
 convops.set_path_policy("convops")
@@ -46,13 +47,6 @@ def op(x, dw, db, pw, pb, pad):
 def mixed(x, dw, db, pw, pb, pad):
     """The op's "mixed" path: the convops depthwise kernel, then ATen's 1x1."""
     return F.conv2d(torch.ops.convops.depthwise_conv2d(x, dw, db, [1, 1], [pad, pad], [1, 1]), pw, pb)
-
-
-def kernels_run(fn) -> list[str]:
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
 
 
 def make(shape, k, m, c_out, bias, dtype, pad_h=None):
@@ -80,7 +74,7 @@ def check() -> int:
             torch.backends.cudnn.allow_tf32 = tf32
             args = make(shape, k, m, c_out, bias, dtype)
             pad = (k - 1) // 2
-            ran = [n for n in kernels_run(lambda: op(*args, pad)) if "separable" in n or "depthwise" in n]
+            ran = [n for n in cuda_kernels_run(lambda: op(*args, pad)) if "separable" in n or "depthwise" in n]
             rows = any("separable_streaming" in n for n in ran)
             fused = rows or any("pipelined" in n for n in ran)
             # separable_pipelined_kernel<scalar, KH, KW, math, box copies, wgmma allowed>

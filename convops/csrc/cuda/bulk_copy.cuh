@@ -10,8 +10,12 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 #include "cuda/device_info.h"
 #include "cuda/device_utils.cuh"
@@ -107,6 +111,17 @@ bool runs_bulk_copies(Kernel kernel) {
            attributes.binaryVersion >= 90;
   }();
   return built && device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9;
+}
+
+// The tensor-map element type of scalar_t (fp32, fp16 or bf16).
+template <typename scalar_t>
+constexpr CUtensorMapDataType tensor_map_type() {
+  static_assert(std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, c10::Half> ||
+                    std::is_same_v<scalar_t, c10::BFloat16>,
+                "tensor maps of fp32, fp16 or bf16");
+  return std::is_same_v<scalar_t, float>       ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+         : std::is_same_v<scalar_t, c10::Half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                               : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
 }
 
 // Encodes a 3-D tensor map over `data` (dims and box innermost first, byte strides of dims 1 and 2), zero fill

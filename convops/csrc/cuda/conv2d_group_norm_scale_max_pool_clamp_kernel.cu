@@ -142,9 +142,7 @@ bool fits_int32(const ConvGnPoolGeometry& g, const ConvPoolParams& p) {
 template <typename T, MmaMode kMode>
 void launch(ConvPoolParams& p, const ConvGnPoolGeometry& g, int smem_bytes, cudaStream_t stream) {
   auto* tile_kernel = cuda::gn_pool::conv_pool_stats_kernel<T, kMode>;
-  if (smem_bytes > 48 * 1024) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  }
+  cuda::allow_dynamic_shared_memory(tile_kernel, smem_bytes);
   // Persistent grid: as many CTAs as fit on the device at once, each looping over (image, spatial tile) items.
   const int sms = cuda::multiprocessor_count();
   int per_sm = 0;

@@ -19,6 +19,7 @@
 #include "conv_transpose.h"
 #include "cuda/conv_transpose_implicit_gemm.cuh"
 #include "cuda/conv_transpose_nonfinite.cuh"
+#include "cuda/device_info.h"
 #include "cuda/path_choice.cuh"
 
 namespace convops {
@@ -233,8 +234,7 @@ void launch(ConvTransposeParams p, const at::Tensor& weight5d, bool tf32) {
   p.weight = weight.data_ptr();
 
   const auto kernel = cuda::conv_transpose_kernel<Math, BM, BN>;
-  C10_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(t.shared_bytes)));
+  cuda::allow_dynamic_shared_memory(kernel, static_cast<int>(t.shared_bytes));
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(p.total_tiles, int64_t{1} << 30));
   kernel<<<grid, cuda::kConvTransposeThreads, t.shared_bytes, c10::cuda::getCurrentCUDAStream()>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -17,11 +17,12 @@
 #include <torch/library.h>
 
 #include "common/checks.h"
-#include "cuda/depthwise_conv2d_launch.cuh"
 #include "cuda/depthwise_conv2d_bulk.cuh"
+#include "cuda/depthwise_conv2d_launch.cuh"
 #include "cuda/depthwise_conv2d_planes.cuh"
 #include "cuda/depthwise_conv2d_rows.cuh"
 #include "cuda/depthwise_stencil.cuh"
+#include "cuda/device_info.h"
 #include "cuda/device_utils.cuh"
 #include "cuda/path_choice.cuh"
 #include "depthwise_conv2d.h"
@@ -285,8 +286,7 @@ template <typename scalar_t, typename acc_t, int KH, int KW, int kRows>
 void launch_tiled(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                   at::Tensor& output, Args a, size_t smem_bytes, cudaStream_t stream) {
   auto kernel = depthwise_conv2d_tile_kernel<scalar_t, acc_t, KH, KW, kRows>;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(smem_bytes)));
+  allow_dynamic_shared_memory(kernel, static_cast<int>(smem_bytes));
   constexpr int kTileRows = kWarps * kRows;
   const int tiles_y = ceil_div(a.g.out_h, kTileRows);
   a.tiles_x = ceil_div(a.g.out_w, kTileCols);

@@ -98,11 +98,9 @@ struct WarpgroupLayout {
   static constexpr int kStepsPerChunk = kChunk / kStepChannels;
   // 16 bytes past a multiple of 128 between 8-pixel groups: the depthwise stage's stores (a warp: 16 runs of two
   // channels) then fall 2 to a bank instead of 16.
-  static constexpr int kStrideD = 256 + 16;
-  static constexpr int kStepBytesD = kPixels / wgmma::kCoreRows * kStrideD;
-  static constexpr int kBytesD = kStepsPerChunk * kStepBytesD;
-  static constexpr int kStrideW = 256;
-  static constexpr int kStepBytesW = kCoutTile / wgmma::kCoreRows * kStrideW;
+  using D = wgmma::KMajor<kPixels, 256 + 16>;
+  using W = wgmma::KMajor<kCoutTile, 256>;
+  static constexpr int kBytesD = kStepsPerChunk * D::kStepStride;
   static_assert(kChunk % kStepChannels == 0, "a chunk is whole k-steps");
 };
 
@@ -320,8 +318,7 @@ __device__ __forceinline__ void depthwise_run(operand_t<scalar_t, kMath>* __rest
     // The run's 8 pixels are one core-matrix row group: 16 bytes apart, at the channel's place within the rows.
     using WL = WarpgroupLayout<op_t>;
     unsigned char* dst = reinterpret_cast<unsigned char*>(d) +
-                         wgmma::offset(r * kTileCols + run * kRunLength, k * static_cast<int>(sizeof(op_t)),
-                                       WL::kStrideD, WL::kStepBytesD);
+                         WL::D::at(r * kTileCols + run * kRunLength, k, static_cast<int>(sizeof(op_t)));
 #pragma unroll
     for (int i = 0; i < kRunLength; ++i) *reinterpret_cast<op_t*>(dst + i * 16) = out[i];
   } else {
@@ -356,9 +353,7 @@ __host__ __device__ __forceinline__ int weight_index(int cl, int k) {
 // Place of pointwise weight (cout cl, channel k) for wgmma: row cl of the K-major A operand (WarpgroupLayout).
 template <typename op_t>
 __device__ __forceinline__ int warpgroup_weight_index(int cl, int k) {
-  using WL = WarpgroupLayout<op_t>;
-  return wgmma::offset(cl, k * static_cast<int>(sizeof(op_t)), WL::kStrideW, WL::kStepBytesW) /
-         static_cast<int>(sizeof(op_t));
+  return WarpgroupLayout<op_t>::W::at(cl, k, static_cast<int>(sizeof(op_t))) / static_cast<int>(sizeof(op_t));
 }
 
 // The lane's A fragment of k-step `step` and cout block (16 couts) `block`, in the order of weight_index.
@@ -464,15 +459,11 @@ template <typename scalar_t, Math kMath>
 __device__ __forceinline__ void issue_warpgroup_mma_job(float (&acc)[64], const operand_t<scalar_t, kMath>* w,
                                                         const operand_t<scalar_t, kMath>* d, int chunk, int wg) {
   using WL = WarpgroupLayout<operand_t<scalar_t, kMath>>;
-  const unsigned char* w_bytes = reinterpret_cast<const unsigned char*>(w);
-  const unsigned char* d_bytes = reinterpret_cast<const unsigned char*>(d);
   wgmma::fence();  // orders the previous tile's stores (which read the accumulators) before the new sums
 #pragma unroll
   for (int s = 0; s < WL::kStepsPerChunk; ++s) {
-    const int step = chunk * WL::kStepsPerChunk + s;
-    const uint64_t a = wgmma::descriptor(w_bytes + step * WL::kStepBytesW + wg * (64 / wgmma::kCoreRows) * WL::kStrideW,
-                                         wgmma::kCoreBytes, WL::kStrideW);
-    const uint64_t b = wgmma::descriptor(d_bytes + s * WL::kStepBytesD, wgmma::kCoreBytes, WL::kStrideD);
+    const uint64_t a = WL::W::step_descriptor(w, chunk * WL::kStepsPerChunk + s, wg * 64);
+    const uint64_t b = WL::D::step_descriptor(d, s, 0);
     const bool accumulate = chunk > 0 || s > 0;
     if constexpr (kMath == Math::kHalf) {
       wgmma::mma_m64n128k16<std::is_same_v<scalar_t, at::BFloat16>>(acc, a, b, accumulate);
@@ -729,14 +720,11 @@ __global__ void __launch_bounds__(kThreads, 2) separable_pipelined_kernel(const 
 template <typename scalar_t, int KH>
 bool encode_input_map(Params<scalar_t>& p) {
   using L = Layout<scalar_t, KH>;
-  const CUtensorMapDataType type = std::is_same_v<scalar_t, float>       ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                                   : std::is_same_v<scalar_t, at::Half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                                         : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   const uint64_t w = p.in_w, h = p.in_h, planes = static_cast<uint64_t>(p.tiles / (int64_t{p.tiles_x} * p.tiles_y)) *
                                                  static_cast<uint64_t>(p.in_channels);
   const uint64_t row = w * sizeof(scalar_t);
   if (planes + kChunk >= static_cast<uint64_t>(std::numeric_limits<int>::max())) return false;  // int box coordinates
-  return bulk::encode_tensor_map_3d(&p.input_map, type, p.input, {w, h, planes}, {row, row * h},
+  return bulk::encode_tensor_map_3d(&p.input_map, bulk::tensor_map_type<scalar_t>(), p.input, {w, h, planes}, {row, row * h},
                                     {static_cast<uint32_t>(L::kStagedPitch), static_cast<uint32_t>(L::kStagedRows),
                                      static_cast<uint32_t>(kChunk)});
 }
@@ -777,17 +765,7 @@ bool launch(Params<scalar_t>& p, cudaStream_t stream, bool dry_run) {
       {separable_pipelined_kernel<scalar_t, KH, KW, kMath, true, false>,
        separable_pipelined_kernel<scalar_t, KH, KW, kMath, true, kWg>}};
   const Kernel kernel = kernels[boxes][warpgroup];
-  // The attribute is per device and kernel and holds for the process: set it once per device and kernel (a driver
-  // call on every launch costs microseconds on launch-bound layers).
-  static std::atomic<uint64_t> configured[2][2]{};
-  int device = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if ((configured[boxes][warpgroup].load(std::memory_order_relaxed) & bit) == 0 || bit == 0) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(max_smem)));
-    configured[boxes][warpgroup].fetch_or(bit, std::memory_order_relaxed);
-  }
+  allow_dynamic_shared_memory(kernel, static_cast<int>(max_smem));
   const int64_t ctas = std::max<int64_t>(1, 2 * int64_t{multiprocessor_count()} / cout_tiles);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(p.tiles, ctas)), static_cast<unsigned>(cout_tiles));
   kernel<<<grid, kThreads, s.total, stream>>>(p);

@@ -102,12 +102,10 @@ struct OperandLayout {
   static constexpr int kSteps = kMaxChannels / kStepChannels;
   // 16 bytes past a multiple of 128 between 8-pixel groups: a warp's depthwise stores (8 runs x 4 channels, each
   // run one group) then fall in distinct banks.
-  static constexpr int kStrideD = 256 + 16;
-  static constexpr int kStepBytesD = kStripCols / wgmma::kCoreRows * kStrideD;
-  static constexpr int kBytesD = kSteps * kStepBytesD;
-  static constexpr int kStrideW = 256;
-  static constexpr int kStepBytesW = kCoutTile / wgmma::kCoreRows * kStrideW;
-  static constexpr int kBytesW = kSteps * kStepBytesW;
+  using D = wgmma::KMajor<kStripCols, 256 + 16>;
+  using W = wgmma::KMajor<kCoutTile, 256>;
+  static constexpr int kBytesD = kSteps * D::kStepStride;
+  static constexpr int kBytesW = kSteps * W::kStepStride;
 };
 
 template <typename scalar_t>
@@ -271,8 +269,7 @@ __device__ __forceinline__ void store_operands(unsigned char* d, const float (&o
 #pragma unroll
   for (int q = 0; q < kPasses; ++q) {
     const int k = q * kChannelsPerPass + place.channel;
-    unsigned char* dst =
-        d + wgmma::offset(place.run * kRunLength, k * static_cast<int>(sizeof(op_t)), OL::kStrideD, OL::kStepBytesD);
+    unsigned char* dst = d + OL::D::at(place.run * kRunLength, k, static_cast<int>(sizeof(op_t)));
 #pragma unroll
     for (int i = 0; i < kRunLength; ++i) {
       *reinterpret_cast<op_t*>(dst + i * 16) = pipelined::to_operand<kMath, op_t>(out[q][i]);
@@ -293,13 +290,11 @@ template <typename scalar_t, Math kMath>
 __device__ __forceinline__ void issue_product(float (&acc)[kAccumulators], const unsigned char* w,
                                               const unsigned char* d, const Quarter& quarter) {
   using OL = OperandLayout<operand_t<scalar_t, kMath>>;
-  const unsigned char* w_rows = w + quarter.first_cout / wgmma::kCoreRows * OL::kStrideW;
-  const unsigned char* d_rows = d + quarter.first_pixel / wgmma::kCoreRows * OL::kStrideD;
   wgmma::fence();  // orders the previous row's stores (which read the accumulators) before the new sums
 #pragma unroll
   for (int s = 0; s < OL::kSteps; ++s) {
-    const uint64_t a = wgmma::descriptor(w_rows + s * OL::kStepBytesW, wgmma::kCoreBytes, OL::kStrideW);
-    const uint64_t b = wgmma::descriptor(d_rows + s * OL::kStepBytesD, wgmma::kCoreBytes, OL::kStrideD);
+    const uint64_t a = OL::W::step_descriptor(w, s, quarter.first_cout);
+    const uint64_t b = OL::D::step_descriptor(d, s, quarter.first_pixel);
     if constexpr (kMath == Math::kHalf) {
       wgmma::mma_m64n64k16<std::is_same_v<scalar_t, at::BFloat16>>(acc, a, b, s > 0);
     } else {
@@ -404,8 +399,8 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
     const float v = cl < p.out_channels && k < p.channels
                         ? static_cast<float>(p.pw_weight[int64_t{cl} * p.channels + k])
                         : 0.0f;
-    const int at = wgmma::offset(cl, k * static_cast<int>(sizeof(op_t)), OL::kStrideW, OL::kStepBytesW);
-    *reinterpret_cast<op_t*>(w + at) = pipelined::to_operand<kMath, op_t>(v);
+    op_t* at = reinterpret_cast<op_t*>(w + OL::W::at(cl, k, static_cast<int>(sizeof(op_t))));
+    *at = pipelined::to_operand<kMath, op_t>(v);
   }
   wgmma::publish_stores();  // the weights are read by wgmma
   for (int i = threadIdx.x; i < p.channels * KH * KW; i += kThreads) dw_w[i] = static_cast<float>(p.dw_weight[i]);
@@ -524,12 +519,9 @@ bool launch(Params<scalar_t>& p, const scalar_t* input, int64_t batch, int in_w,
   p.rows = batch * p.strips * p.out_h;
   if (dry_run) return true;
 
-  const CUtensorMapDataType type = std::is_same_v<scalar_t, float>       ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                                   : std::is_same_v<scalar_t, at::Half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                                         : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   const uint64_t row = uint64_t(in_w) * sizeof(scalar_t);
   p.row_bytes = static_cast<uint32_t>(RL::kSlotCols * p.channels * sizeof(scalar_t));
-  if (!bulk::encode_tensor_map_3d(&p.input_map, type, input,
+  if (!bulk::encode_tensor_map_3d(&p.input_map, bulk::tensor_map_type<scalar_t>(), input,
                                   {uint64_t(in_w), uint64_t(p.in_h), uint64_t(batch) * uint64_t(p.channels)},
                                   {row, row * uint64_t(p.in_h)},
                                   {static_cast<uint32_t>(RL::kSlotCols), 1u, static_cast<uint32_t>(p.channels)})) {
@@ -537,17 +529,7 @@ bool launch(Params<scalar_t>& p, const scalar_t* input, int64_t batch, int in_w,
   }
   const auto kernel = separable_streaming_kernel<scalar_t, KH, KW, kMath>;
   const size_t smem = Smem<scalar_t, KH, KW, kMath>(p.slots).total;
-  // The attribute is per device and kernel: set it once per device (a driver call on every launch costs
-  // microseconds on launch-bound layers).
-  static std::atomic<uint64_t> configured{0};
-  int device = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if ((configured.load(std::memory_order_relaxed) & bit) == 0 || bit == 0) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(max_smem)));
-    configured.fetch_or(bit, std::memory_order_relaxed);
-  }
+  allow_dynamic_shared_memory(kernel, static_cast<int>(smem));
   static const int max_ctas = env_int("CONVOPS_STREAM_CTAS", std::numeric_limits<int>::max());
   const int64_t ctas = std::min<int64_t>({p.rows, multiprocessor_count(), max_ctas});
   kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p);

@@ -7,6 +7,9 @@
 
 #include <array>
 #include <atomic>
+#include <map>
+#include <mutex>
+#include <utility>
 
 namespace convops {
 namespace cuda {
@@ -35,6 +38,23 @@ inline int multiprocessor_count() {
 // The most dynamic shared memory one block may opt in to (227 KB on Hopper, 99 KB on sm_86 / sm_89).
 inline int max_shared_memory_per_block() {
   return device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>();
+}
+
+// Lets `kernel` launch with up to `bytes` of dynamic shared memory on the current device. The attribute holds for the
+// process and setting it is a driver call of microseconds, so it is set only when a kernel first needs more on a
+// device than it was allowed.
+template <typename Kernel>
+void allow_dynamic_shared_memory(Kernel kernel, int bytes) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> allowed;  // (kernel, device) -> bytes
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  int& current = allowed[{reinterpret_cast<const void*>(kernel), device}];
+  if (bytes > current) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    current = bytes;
+  }
 }
 
 }  // namespace cuda

@@ -43,6 +43,22 @@ __device__ __forceinline__ uint64_t descriptor(const void* start, uint32_t leadi
          uint64_t{(stride & 0x3ffff) >> 4} << 32;
 }
 
+// A K-major operand of kRows rows (its M or N extent) laid out as `offset` says: 8-row groups kGroupStride bytes
+// apart, the rows' k-steps kStepStride bytes apart. Where it is placed and how wgmma reads it, in one place.
+template <int kRows, int kGroupStride>
+struct KMajor {
+  static constexpr int kStepStride = kRows / kCoreRows * kGroupStride;
+  // Byte offset of element (row, k) of elements of element_bytes bytes.
+  __host__ __device__ static constexpr int at(int row, int k, int element_bytes) {
+    return offset(row, k * element_bytes, kGroupStride, kStepStride);
+  }
+  // The descriptor of k-step k_step of the rows from first_row on (a multiple of 8), the operand at `base`.
+  __device__ __forceinline__ static uint64_t step_descriptor(const void* base, int k_step, int first_row) {
+    const unsigned char* start = static_cast<const unsigned char*>(base) + k_step * kStepStride;
+    return descriptor(start + first_row / kCoreRows * kGroupStride, kCoreBytes, kGroupStride);
+  }
+};
+
 // Orders this thread's earlier accesses of the registers a wgmma uses (its accumulators) before the warpgroup's next
 // wgmma. (Shared-memory operands written by ordinary stores need publish_stores.)
 __device__ __forceinline__ void fence() {
