@@ -30,16 +30,21 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_entry_point() {
 
 }  // namespace
 
-bool encode_tensor_map_3d(CUtensorMap* map, CUtensorMapDataType type, const void* data, const uint64_t (&dims)[3],
-                          const uint64_t (&strides)[2], const uint32_t (&box)[3]) {
+bool encode_tensor_map(CUtensorMap* map, CUtensorMapDataType type, const void* data, int rank, const uint64_t* dims,
+                       const uint64_t* strides, const uint32_t* box, CUtensorMapSwizzle swizzle) {
+  constexpr int kMaxRank = 5;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_tiled_entry_point();
-  if (encode == nullptr) return false;
-  const cuuint64_t global_dims[3] = {dims[0], dims[1], dims[2]};
-  const cuuint64_t global_strides[2] = {strides[0], strides[1]};
-  const cuuint32_t box_dims[3] = {box[0], box[1], box[2]};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  return encode(map, type, 3, const_cast<void*>(data), global_dims, global_strides, box_dims, element_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+  if (encode == nullptr || rank < 1 || rank > kMaxRank) return false;
+  cuuint64_t global_dims[kMaxRank], global_strides[kMaxRank - 1];
+  cuuint32_t box_dims[kMaxRank], element_strides[kMaxRank];
+  for (int i = 0; i < rank; ++i) {
+    global_dims[i] = dims[i];
+    box_dims[i] = box[i];
+    element_strides[i] = 1;
+    if (i > 0) global_strides[i - 1] = strides[i - 1];
+  }
+  return encode(map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(data), global_dims, global_strides,
+                box_dims, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 

@@ -96,6 +96,43 @@ __device__ __forceinline__ void copy_box_to_shared(void* dst, const CUtensorMap*
 #endif
 }
 
+// Makes this thread's ordinary shared-memory stores visible to the copy engine (the async proxy), e.g. before a
+// bulk store reads them: every writing thread calls it before the barrier after which one thread issues the store.
+__device__ __forceinline__ void publish_shared_stores() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+// Stores the box of `tensor_map` at coordinates (x, y, z, w) (innermost first; parts outside the tensor are not
+// written) from shared memory, laid out as the map's swizzle says, into the issuing thread's open bulk group.
+__device__ __forceinline__ void store_box_from_shared(const CUtensorMap* tensor_map, int x, int y, int z, int w,
+                                                      const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3, %4}], [%5];" ::"l"(
+          reinterpret_cast<uint64_t>(tensor_map)),
+      "r"(x), "r"(y), "r"(z), "r"(w), "r"(shared_address(src))
+      : "memory");
+#endif
+}
+
+// Closes the issuing thread's bulk group of stores.
+__device__ __forceinline__ void commit_stores() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#endif
+}
+
+// Blocks until at most kPending of the issuing thread's youngest store groups have not yet read their shared-memory
+// sources (which may then be written again). The global writes themselves complete on their own.
+template <int kPending>
+__device__ __forceinline__ void wait_stores_read() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+#endif
+}
+
 // Whether `kernel` may use bulk copies here: it was built for sm_90 or later and the current device runs it (a build
 // for older targets leaves a kernel's copies out, so it must not run), unless CONVOPS_BULK_COPIES=0 turns them off
 // (read once; for measuring the bulk-copy kernels against the ones they replace). The build check is made once per
@@ -124,11 +161,17 @@ constexpr CUtensorMapDataType tensor_map_type() {
                                                : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
 }
 
-// Encodes a 3-D tensor map over `data` (dims and box innermost first, byte strides of dims 1 and 2), zero fill
-// outside, no swizzle. False where the driver lacks the entry point or rejects the map (the caller then copies
-// some other way).
-bool encode_tensor_map_3d(CUtensorMap* map, CUtensorMapDataType type, const void* data, const uint64_t (&dims)[3],
-                          const uint64_t (&strides)[2], const uint32_t (&box)[3]);
+// Encodes a tensor map of `rank` (1 to 5) dims over `data`: dims and box innermost first, byte strides of dims 1 and
+// up, zero fill outside, boxes laid out in shared memory as `swizzle` says. False where the driver lacks the entry
+// point or rejects the map (the caller then copies some other way).
+bool encode_tensor_map(CUtensorMap* map, CUtensorMapDataType type, const void* data, int rank, const uint64_t* dims,
+                       const uint64_t* strides, const uint32_t* box, CUtensorMapSwizzle swizzle);
+
+// A 3-D map with dense boxes (no swizzle).
+inline bool encode_tensor_map_3d(CUtensorMap* map, CUtensorMapDataType type, const void* data,
+                                 const uint64_t (&dims)[3], const uint64_t (&strides)[2], const uint32_t (&box)[3]) {
+  return encode_tensor_map(map, type, data, 3, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
 
 }  // namespace bulk
 }  // namespace cuda

@@ -21,7 +21,7 @@
 //     the unfused pair would see them (TF32 ties-to-even, or the input dtype), in wgmma's K-major layout, and
 //     multiply: each warpgroup the m64n64 product of 64 couts x its team's 64 pixels over the channels. The product
 //     runs while the team computes the next row's depthwise outputs; the row is stored (the pointwise bias added)
-//     after that, in whole 128-byte lines (store_row).
+//     after that, staged through shared memory in whole 128-byte lines (store_row_boxes, store_row_vectors).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -63,8 +63,12 @@ constexpr int kWarpgroupCouts = 64, kWarpgroupPixels = 64;  // a warpgroup's m64
 constexpr int kAccumulators = kWarpgroupCouts * kWarpgroupPixels / 128;
 constexpr int kMaxChannels = 64;                       // the 1x1's K
 constexpr int kMinCouts = 64;                          // fewer go to the tile kernel (launch_separable_streaming)
-constexpr int kScratchRows = 4;                        // cout rows a warp stages at a time (store_row)
-constexpr int kScratchBytes = kScratchRows * kWarpgroupPixels * 4;  // a warp's, sized for fp32
+// Each warp stages its part of an output row in its own scratch (store_row_boxes, store_row_vectors): 16-bit rows
+// leave as boxes of 8 couts x 128 bytes, both of a row's in the scratch; fp32's scratch is the size of one (shared
+// memory is full).
+constexpr int kBoxCouts = 8, kBoxRowBytes = 128, kBoxBytes = kBoxCouts * kBoxRowBytes;
+template <typename scalar_t>
+constexpr int kScratchBoxes = sizeof(scalar_t) == 4 ? 1 : 2;
 constexpr int kRunLength = 8;                          // consecutive depthwise outputs a thread computes
 // Two teams of two warpgroups, one a half of the strip's pixels (the warpgroups' quarters of the product share
 // their pixels): each team computes its half of the depthwise outputs, hands it over at its own named barrier and
@@ -122,6 +126,7 @@ struct Params {
   int slots;                               // ring slots (at least KH + 1)
   uint32_t row_bytes;                      // bytes of one input row's box
   CUtensorMap input_map;                   // the input as (W, H, N * C), boxes of kSlotCols x 1 x C
+  CUtensorMap output_map;                  // 16-bit: the output as (W, H, C, N), swizzled boxes of 128 B x 1 x 8
 };
 
 template <typename scalar_t, int KH, int KW, Math kMath>
@@ -132,15 +137,16 @@ struct Smem {
     ring = 0;
     d = ring + size_t(slots) * RowLayout<scalar_t, KW>::kSlotBytes;
     w = d + OperandLayout<op_t>::kBytesD;
-    scratch = w + OperandLayout<op_t>::kBytesW;
-    dw_w = scratch + kConsumerThreads / 32 * kScratchBytes;
+    scratch = align_to(w + OperandLayout<op_t>::kBytesW, kBoxBytes);  // the boxes' swizzle repeats every 1 KB
+    dw_w = scratch + kConsumerThreads / 32 * kScratchBoxes<scalar_t> * kBoxBytes;
     dw_b = dw_w + align(kMaxChannels * KH * KW * sizeof(float));
     pw_b = dw_b + align(kMaxChannels * sizeof(float));
     full = pw_b + align(kCoutTile * sizeof(float));
     empty = full + align(slots * sizeof(uint64_t));
     total = empty + align(slots * sizeof(uint64_t));
   }
-  __host__ __device__ static size_t align(size_t bytes) { return (bytes + 15) / 16 * 16; }
+  __host__ __device__ static size_t align_to(size_t bytes, size_t to) { return (bytes + to - 1) / to * to; }
+  __host__ __device__ static size_t align(size_t bytes) { return align_to(bytes, 16); }
 };
 
 // The CTA's share of the work: output rows [begin, end) of all strips, numbered strip after strip (image n, strip
@@ -313,54 +319,96 @@ struct OutputRow {
 // Stores warpgroup wg's products (the m64n64 fragment: acc[4 j + e] is cout 16 (warp % 4) + lane / 4 (+ 8 for
 // e >= 2) of its quarter, pixel 8 j + 2 (lane % 4) (+ 1 for odd e)) with the pointwise bias.
 //
-// The fragment gives a lane pixel pairs of two couts: stored as they are, each warp instruction writes 8 couts' rows
-// 32 bytes (fp32) or 16 bytes (16-bit: half sectors) apart, and the stores, not the bytes, limited the kernel (seed,
-// H200: 1.08 ms in TF32 and 1.07 in bf16 with them, 0.69 / 0.56 without). So each warp passes its rows through
-// kScratchRows-row scratch in shared memory and writes 16-byte vectors, whole 128-byte lines of each cout's row.
-// The scratch holds rows of 64 pixels whose 8-pixel groups are XOR-swizzled by the row (group j of row g at j ^ g),
-// so that the fragment's writes (4 rows x 4 lanes a group) fall in distinct banks.
+// The fragment gives a lane pixel pairs of two couts: stored from registers as they are, each warp instruction
+// writes 8 couts' rows 32 bytes (fp32) or 16 bytes (16-bit: half sectors) apart, and those stores, not the bytes,
+// limited the kernel (seed, H200: 1.08 ms in TF32 and 1.07 in bf16 with them, 0.69 / 0.56 without). So each warp
+// passes its rows through its scratch in shared memory, and they leave in whole 128-byte lines:
+//   - 16-bit (store_row_boxes): in boxes of 8 couts x 64 pixels that the bulk-copy engine stores (0.644 ms in bf16
+//     against 0.756 for the vectors below, H200);
+//   - fp32 (store_row_vectors): as 16-byte vectors of the warp's own stores. fp32's scratch holds one box (shared
+//     memory is full), and boxes stored one after another through it took TF32 from 1.035 to 1.052 ms.
 // (The sums go to new registers: ordinary instructions that define wgmma's accumulators make ptxas serialize it.)
+struct Fragment {
+  int warp, lane, g, t, warp_cout;
+  __device__ __forceinline__ explicit Fragment(const Quarter& quarter)
+      : warp(threadIdx.x / 32 % 4), lane(threadIdx.x % 32), g(lane / 4), t(lane % 4),
+        warp_cout(quarter.first_cout + warp * 16) {}  // the warp's 16 couts
+};
+
+// 16-bit: two boxes (couts 8 half ... + 7 of the warp, its 64 pixels) in the warp's scratch, laid out as the output
+// map's 128-byte swizzle says: 16-byte chunk c of row r at chunk c ^ (address bits 7-9 of the row: r, the boxes
+// being 1 KB aligned), so that a warp's writes (8 rows x 16 bytes) fall in distinct banks.
 template <typename scalar_t>
-__device__ __forceinline__ void store_row(const Params<scalar_t>& p, const OutputRow& row,
-                                          const float (&acc)[kAccumulators], const float* __restrict__ pw_b,
-                                          const Quarter& quarter, unsigned char* __restrict__ scratch) {
-  constexpr int kPx = 16 / static_cast<int>(sizeof(scalar_t));  // pixels of a 16-byte vector
-  constexpr int kRowVectors = kWarpgroupPixels / kPx;
-  constexpr int kReads = kScratchRows * kRowVectors / 32;        // vectors a lane stores a round
-  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int warp_cout = quarter.first_cout + warp * 16;  // the warp's 16 couts
-  const int x = row.x0 + quarter.first_pixel;            // and its 64 columns
+__device__ __forceinline__ void store_row_boxes(const Params<scalar_t>& p, const OutputRow& row,
+                                                const float (&acc)[kAccumulators], const float* __restrict__ pw_b,
+                                                const Quarter& quarter, unsigned char* __restrict__ scratch) {
+  static_assert(sizeof(scalar_t) == 2 && kScratchBoxes<scalar_t> == 2, "a box a half of the warp's couts");
+  const Fragment f(quarter);
+  // The previous row's boxes have been read out of the scratch.
+  if (f.lane == 0) bulk::wait_stores_read<0>();
+  __syncwarp();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float bias = pw_b[f.warp_cout + f.g + 8 * half];
+    unsigned char* const line = scratch + half * kBoxBytes + f.g * kBoxRowBytes;
+    const int swizzle = (shared_address(line) >> 7) & 7;
+#pragma unroll
+    for (int j = 0; j < kWarpgroupPixels / 8; ++j) {
+      const float v0 = acc[4 * j + 2 * half] + bias, v1 = acc[4 * j + 2 * half + 1] + bias;
+      *reinterpret_cast<uint32_t*>(line + (j ^ swizzle) * 16 + 4 * f.t) =
+          pipelined::pack_pair(static_cast<scalar_t>(v0), static_cast<scalar_t>(v1));
+    }
+  }
+  bulk::publish_shared_stores();
+  __syncwarp();
+  if (f.lane == 0) {  // couts past the problem's and columns past the row's are clipped by the map
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      bulk::store_box_from_shared(&p.output_map, row.x0 + quarter.first_pixel, row.y, f.warp_cout + 8 * half,
+                                  static_cast<int>(row.n), scratch + half * kBoxBytes);
+    }
+    bulk::commit_stores();
+  }
+}
+
+// fp32: kScratchRows rows of 64 pixels at a time, whose 8-pixel groups are XOR-swizzled by the row (group j of
+// row r at j ^ r) so that the fragment's writes (4 rows x 4 lanes a group) fall in distinct banks; each lane then
+// stores 16-byte vectors.
+template <typename scalar_t>
+__device__ __forceinline__ void store_row_vectors(const Params<scalar_t>& p, const OutputRow& row,
+                                                  const float (&acc)[kAccumulators], const float* __restrict__ pw_b,
+                                                  const Quarter& quarter, unsigned char* __restrict__ scratch) {
+  static_assert(std::is_same_v<scalar_t, float>, "16-bit rows leave as boxes");
+  constexpr int kScratchRows = kBoxBytes / (kWarpgroupPixels * 4);
+  constexpr int kRowVectors = kWarpgroupPixels / 4;
+  constexpr int kReads = kScratchRows * kRowVectors / 32;  // vectors a lane stores a round
+  const Fragment f(quarter);
+  const int x = row.x0 + quarter.first_pixel;  // the warp's 64 columns
   const int64_t plane = int64_t{p.out_h} * p.out_w;
-  scalar_t* const rows = p.output + (row.n * p.out_channels + warp_cout) * plane + int64_t{row.y} * p.out_w + x;
-  scalar_t* const slots = reinterpret_cast<scalar_t*>(scratch);
+  float* const rows = p.output + (row.n * p.out_channels + f.warp_cout) * plane + int64_t{row.y} * p.out_w + x;
+  float* const slots = reinterpret_cast<float*>(scratch);
   // Round (half, quad): couts 8 half + 4 quad ... + 3 of the warp, held by lanes 16 quad ... 16 quad + 15.
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const float bias = pw_b[warp_cout + g + 8 * half];
+    const float bias = pw_b[f.warp_cout + f.g + 8 * half];
 #pragma unroll
     for (int quad = 0; quad < 2; ++quad) {
-      if (g / 4 == quad) {
-        const int r = g % 4;
+      if (f.g / 4 == quad) {
+        const int r = f.g % 4;
 #pragma unroll
         for (int j = 0; j < kWarpgroupPixels / 8; ++j) {
-          scalar_t* dst = slots + r * kWarpgroupPixels + (j ^ r) * 8 + 2 * t;
-          const float v0 = acc[4 * j + 2 * half] + bias, v1 = acc[4 * j + 2 * half + 1] + bias;
-          if constexpr (std::is_same_v<scalar_t, float>) {
-            *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
-          } else {
-            *reinterpret_cast<uint32_t*>(dst) =
-                pipelined::pack_pair(static_cast<scalar_t>(v0), static_cast<scalar_t>(v1));
-          }
+          float* dst = slots + r * kWarpgroupPixels + (j ^ r) * 8 + 2 * f.t;
+          *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * j + 2 * half] + bias, acc[4 * j + 2 * half + 1] + bias);
         }
       }
       __syncwarp();
 #pragma unroll
       for (int k = 0; k < kReads; ++k) {
-        const int v = lane + 32 * k, r = v / kRowVectors, px = v % kRowVectors * kPx;
-        const int cout = warp_cout + 8 * half + 4 * quad + r;
+        const int v = f.lane + 32 * k, r = v / kRowVectors, px = v % kRowVectors * 4;
+        const int cout = f.warp_cout + 8 * half + 4 * quad + r;
         const uint4 value = *reinterpret_cast<const uint4*>(slots + r * kWarpgroupPixels + (px / 8 ^ r) * 8 + px % 8);
-        if (cout < p.out_channels && x + px < p.out_w) {  // (a vector is wholly inside or outside: out_w % kPx == 0)
-          __stcs(reinterpret_cast<uint4*>(rows + (cout - warp_cout) * plane + px), value);
+        if (cout < p.out_channels && x + px < p.out_w) {  // (a vector is wholly inside or outside: out_w % 4 == 0)
+          __stcs(reinterpret_cast<uint4*>(rows + (cout - f.warp_cout) * plane + px), value);
         }
       }
       __syncwarp();
@@ -373,12 +421,12 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
 #if CONVOPS_HAS_WGMMA
   using op_t = operand_t<scalar_t, kMath>;
   using RL = RowLayout<scalar_t, KW>;
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   const Smem<scalar_t, KH, KW, kMath> s(p.slots);
   unsigned char* ring = smem_raw + s.ring;
   unsigned char* d = smem_raw + s.d;
   unsigned char* w = smem_raw + s.w;
-  unsigned char* scratch = smem_raw + s.scratch + threadIdx.x / 32 * kScratchBytes;  // the warp's
+  unsigned char* scratch = smem_raw + s.scratch + threadIdx.x / 32 * (kScratchBoxes<scalar_t> * kBoxBytes);  // warp's
   float* dw_w = reinterpret_cast<float*>(smem_raw + s.dw_w);
   float* dw_b = reinterpret_cast<float*>(smem_raw + s.dw_b);
   float* pw_b = reinterpret_cast<float*>(smem_raw + s.pw_b);
@@ -447,7 +495,13 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
     }
     wgmma::wait<0>();
     wgmma::pin(acc);
-    if (!stored) store_row(p, previous, acc, pw_b, quarter, scratch);
+    if (!stored) {
+      if constexpr (std::is_same_v<scalar_t, float>) {
+        store_row_vectors(p, previous, acc, pw_b, quarter, scratch);
+      } else {
+        store_row_boxes(p, previous, acc, pw_b, quarter, scratch);
+      }
+    }
     // The team's products of the previous row have completed (its half of D is free) and its threads have read this
     // row's window: the oldest row, or at a band's end all of its rows, go back to the producer once both teams
     // release them.
@@ -474,6 +528,7 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
     }
   }
   wgmma::wait<0>();
+  if (threadIdx.x % 32 == 0) bulk::wait_stores_read<0>();  // 16-bit: the copy engine has read the scratch
 #else
   __trap();  // launch() runs this kernel only where its machine code is sm_90a
 #endif
@@ -527,6 +582,16 @@ bool launch(Params<scalar_t>& p, const scalar_t* input, int64_t batch, int in_w,
                                   {static_cast<uint32_t>(RL::kSlotCols), 1u, static_cast<uint32_t>(p.channels)})) {
     return false;
   }
+  if constexpr (sizeof(scalar_t) == 2) {  // store_row_boxes
+    const uint64_t out_row = uint64_t(p.out_w) * sizeof(scalar_t), out_plane = out_row * uint64_t(p.out_h);
+    const uint64_t out_dims[4] = {uint64_t(p.out_w), uint64_t(p.out_h), uint64_t(p.out_channels), uint64_t(batch)};
+    const uint64_t out_strides[3] = {out_row, out_plane, out_plane * uint64_t(p.out_channels)};
+    const uint32_t out_box[4] = {uint32_t(kBoxRowBytes / sizeof(scalar_t)), 1u, uint32_t(kBoxCouts), 1u};
+    if (!bulk::encode_tensor_map(&p.output_map, bulk::tensor_map_type<scalar_t>(), p.output, 4, out_dims,
+                                 out_strides, out_box, CU_TENSOR_MAP_SWIZZLE_128B)) {
+      return false;
+    }
+  }
   const auto kernel = separable_streaming_kernel<scalar_t, KH, KW, kMath>;
   const size_t smem = Smem<scalar_t, KH, KW, kMath>(p.slots).total;
   allow_dynamic_shared_memory(kernel, static_cast<int>(smem));
@@ -552,7 +617,7 @@ bool launch_separable_streaming(const at::Tensor& input, const at::Tensor& dw_we
   } else {
     if (!enabled() || !runs_here()) return false;
     if (!fused_kernel_applies<scalar_t>(input, output, d, pw_weight.size(0), dry_run)) return false;
-    // The epilogue stores 16-byte vectors.
+    // 16-byte vectors (fp32) and the output's tensor map (16-bit) need a 16-byte aligned base.
     if (!dry_run && reinterpret_cast<uintptr_t>(output.const_data_ptr()) % 16 != 0) return false;
     if (std::is_same_v<scalar_t, float> && !tf32) return false;  // strict fp32: the tile kernel's 3xTF32
     // (fused_kernel_applies has checked stride 1, dilation 1 and "same" padding along W: out_w == in_w.)
