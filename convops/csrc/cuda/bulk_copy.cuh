@@ -96,16 +96,9 @@ __device__ __forceinline__ void copy_box_to_shared(void* dst, const CUtensorMap*
 #endif
 }
 
-// Makes this thread's ordinary shared-memory stores visible to the copy engine (the async proxy), e.g. before a
-// bulk store reads them: every writing thread calls it before the barrier after which one thread issues the store.
-__device__ __forceinline__ void publish_shared_stores() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-}
-
 // Stores the box of `tensor_map` at coordinates (x, y, z, w) (innermost first; parts outside the tensor are not
-// written) from shared memory, laid out as the map's swizzle says, into the issuing thread's open bulk group.
+// written) from shared memory, laid out as the map's swizzle says, into the issuing thread's open bulk group. The
+// threads that wrote the box call publish_shared_stores_to_async_proxy before the barrier after which one issues it.
 __device__ __forceinline__ void store_box_from_shared(const CUtensorMap* tensor_map, int x, int y, int z, int w,
                                                       const void* src) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -162,8 +155,9 @@ constexpr CUtensorMapDataType tensor_map_type() {
 }
 
 // Encodes a tensor map of `rank` (1 to 5) dims over `data`: dims and box innermost first, byte strides of dims 1 and
-// up, zero fill outside, boxes laid out in shared memory as `swizzle` says. False where the driver lacks the entry
-// point or rejects the map (the caller then copies some other way).
+// up, zero fill outside (loads; stores leave what lies outside unwritten), boxes laid out in shared memory as
+// `swizzle` says. False where the driver lacks the entry point or rejects the map (the caller then copies some other
+// way).
 bool encode_tensor_map(CUtensorMap* map, CUtensorMapDataType type, const void* data, int rank, const uint64_t* dims,
                        const uint64_t* strides, const uint32_t* box, CUtensorMapSwizzle swizzle);
 

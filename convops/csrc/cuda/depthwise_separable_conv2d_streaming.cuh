@@ -359,7 +359,7 @@ __device__ __forceinline__ void store_row_boxes(const Params<scalar_t>& p, const
           pipelined::pack_pair(static_cast<scalar_t>(v0), static_cast<scalar_t>(v1));
     }
   }
-  bulk::publish_shared_stores();
+  publish_shared_stores_to_async_proxy();
   __syncwarp();
   if (f.lane == 0) {  // couts past the problem's and columns past the row's are clipped by the map
 #pragma unroll
@@ -528,7 +528,9 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
     }
   }
   wgmma::wait<0>();
-  if (threadIdx.x % 32 == 0) bulk::wait_stores_read<0>();  // 16-bit: the copy engine has read the scratch
+  if constexpr (sizeof(scalar_t) == 2) {  // store_row_boxes: the scratch stays until the copy engine has read it
+    if (threadIdx.x % 32 == 0) bulk::wait_stores_read<0>();
+  }
 #else
   __trap();  // launch() runs this kernel only where its machine code is sm_90a
 #endif
@@ -563,7 +565,7 @@ inline int env_int(const char* name, int fallback) {
 template <typename scalar_t, int KH, int KW, Math kMath>
 bool launch(Params<scalar_t>& p, const scalar_t* input, int64_t batch, int in_w, cudaStream_t stream, bool dry_run) {
   using RL = RowLayout<scalar_t, KW>;
-  // As many slots as fit next to D and the weights, up to 8 (3x3: 4 in fp32, 8 in 16-bit).
+  // As many slots as fit next to D and the weights, up to 8 (3x3: 4 in fp32, 7 in 16-bit).
   static const int max_slots = env_int("CONVOPS_STREAM_SLOTS", 8);
   const size_t max_smem = max_shared_memory_per_block();
   int slots = KH + 1;

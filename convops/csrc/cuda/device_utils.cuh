@@ -123,6 +123,14 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// Makes this thread's ordinary shared-memory stores visible to the async proxy (wgmma operands, bulk stores), which
+// reads shared memory on its own path: every writing thread calls it before the barrier that hands the data over.
+__device__ __forceinline__ void publish_shared_stores_to_async_proxy() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 // Asynchronous global -> shared copy of Bytes (4, 8 or 16; 16 bypasses L1); valid == false writes zeros and reads
 // nothing. Group the copies with cp_async_commit and wait for all but the Pending youngest groups with
 // cp_async_wait<Pending>, then __syncthreads before other threads read what they brought in. The "memory" clobbers

@@ -81,13 +81,9 @@ __device__ __forceinline__ void wait() {
 #endif
 }
 
-// Makes this thread's ordinary shared-memory stores visible to wgmma, which reads its operands through the async
-// proxy: every writing thread calls it before the barrier that hands the operands over.
-__device__ __forceinline__ void publish_stores() {
-#if CONVOPS_HAS_WGMMA
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-}
+// Makes this thread's ordinary shared-memory stores visible to wgmma (device_utils.cuh): every writing thread calls
+// it before the barrier that hands the operands over.
+__device__ __forceinline__ void publish_stores() { publish_shared_stores_to_async_proxy(); }
 
 // Keeps the compiler from moving accesses of the accumulators across this point: wgmma reads and writes them
 // asynchronously between its issue and the wait, which the compiler cannot see.
