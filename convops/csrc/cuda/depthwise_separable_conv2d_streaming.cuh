@@ -63,12 +63,14 @@ constexpr int kWarpgroupCouts = 64, kWarpgroupPixels = 64;  // a warpgroup's m64
 constexpr int kAccumulators = kWarpgroupCouts * kWarpgroupPixels / 128;
 constexpr int kMaxChannels = 64;                       // the 1x1's K
 constexpr int kMinCouts = 64;                          // fewer go to the tile kernel (launch_separable_streaming)
-// Each warp stages its part of an output row in its own scratch (store_row_boxes, store_row_vectors): 16-bit rows
-// leave as boxes of 8 couts x 128 bytes, both of a row's in the scratch; fp32's scratch is the size of one (shared
-// memory is full).
+// Each warp stages its part of an output row in its own scratch: 16-bit rows leave as boxes of 8 couts x 128 bytes
+// that the bulk-copy engine stores, both of a row's in the scratch (store_row_boxes); fp32 rows as the warps' own
+// 16-byte stores, through a scratch the size of one box (store_row_vectors; shared memory is full).
 constexpr int kBoxCouts = 8, kBoxRowBytes = 128, kBoxBytes = kBoxCouts * kBoxRowBytes;
 template <typename scalar_t>
-constexpr int kScratchBoxes = sizeof(scalar_t) == 4 ? 1 : 2;
+constexpr bool kStoresBoxes = sizeof(scalar_t) == 2;
+template <typename scalar_t>
+constexpr int kScratchBytes = (kStoresBoxes<scalar_t> ? 2 : 1) * kBoxBytes;  // a warp's
 constexpr int kRunLength = 8;                          // consecutive depthwise outputs a thread computes
 // Two teams of two warpgroups, one a half of the strip's pixels (the warpgroups' quarters of the product share
 // their pixels): each team computes its half of the depthwise outputs, hands it over at its own named barrier and
@@ -138,7 +140,7 @@ struct Smem {
     d = ring + size_t(slots) * RowLayout<scalar_t, KW>::kSlotBytes;
     w = d + OperandLayout<op_t>::kBytesD;
     scratch = align_to(w + OperandLayout<op_t>::kBytesW, kBoxBytes);  // the boxes' swizzle repeats every 1 KB
-    dw_w = scratch + kConsumerThreads / 32 * kScratchBoxes<scalar_t> * kBoxBytes;
+    dw_w = scratch + kConsumerThreads / 32 * kScratchBytes<scalar_t>;
     dw_b = dw_w + align(kMaxChannels * KH * KW * sizeof(float));
     pw_b = dw_b + align(kMaxChannels * sizeof(float));
     full = pw_b + align(kCoutTile * sizeof(float));
@@ -342,7 +344,7 @@ template <typename scalar_t>
 __device__ __forceinline__ void store_row_boxes(const Params<scalar_t>& p, const OutputRow& row,
                                                 const float (&acc)[kAccumulators], const float* __restrict__ pw_b,
                                                 const Quarter& quarter, unsigned char* __restrict__ scratch) {
-  static_assert(sizeof(scalar_t) == 2 && kScratchBoxes<scalar_t> == 2, "a box a half of the warp's couts");
+  static_assert(kStoresBoxes<scalar_t> && kScratchBytes<scalar_t> == 2 * kBoxBytes, "a box a half of the couts");
   const Fragment f(quarter);
   // The previous row's boxes have been read out of the scratch.
   if (f.lane == 0) bulk::wait_stores_read<0>();
@@ -378,7 +380,7 @@ template <typename scalar_t>
 __device__ __forceinline__ void store_row_vectors(const Params<scalar_t>& p, const OutputRow& row,
                                                   const float (&acc)[kAccumulators], const float* __restrict__ pw_b,
                                                   const Quarter& quarter, unsigned char* __restrict__ scratch) {
-  static_assert(std::is_same_v<scalar_t, float>, "16-bit rows leave as boxes");
+  static_assert(!kStoresBoxes<scalar_t> && std::is_same_v<scalar_t, float>, "fp32 rows");
   constexpr int kScratchRows = kBoxBytes / (kWarpgroupPixels * 4);
   constexpr int kRowVectors = kWarpgroupPixels / 4;
   constexpr int kReads = kScratchRows * kRowVectors / 32;  // vectors a lane stores a round
@@ -426,7 +428,7 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
   unsigned char* ring = smem_raw + s.ring;
   unsigned char* d = smem_raw + s.d;
   unsigned char* w = smem_raw + s.w;
-  unsigned char* scratch = smem_raw + s.scratch + threadIdx.x / 32 * (kScratchBoxes<scalar_t> * kBoxBytes);  // warp's
+  unsigned char* scratch = smem_raw + s.scratch + threadIdx.x / 32 * kScratchBytes<scalar_t>;  // the warp's
   float* dw_w = reinterpret_cast<float*>(smem_raw + s.dw_w);
   float* dw_b = reinterpret_cast<float*>(smem_raw + s.dw_b);
   float* pw_b = reinterpret_cast<float*>(smem_raw + s.pw_b);
@@ -496,10 +498,10 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
     wgmma::wait<0>();
     wgmma::pin(acc);
     if (!stored) {
-      if constexpr (std::is_same_v<scalar_t, float>) {
-        store_row_vectors(p, previous, acc, pw_b, quarter, scratch);
-      } else {
+      if constexpr (kStoresBoxes<scalar_t>) {
         store_row_boxes(p, previous, acc, pw_b, quarter, scratch);
+      } else {
+        store_row_vectors(p, previous, acc, pw_b, quarter, scratch);
       }
     }
     // The team's products of the previous row have completed (its half of D is free) and its threads have read this
@@ -528,7 +530,7 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
     }
   }
   wgmma::wait<0>();
-  if constexpr (sizeof(scalar_t) == 2) {  // store_row_boxes: the scratch stays until the copy engine has read it
+  if constexpr (kStoresBoxes<scalar_t>) {  // the scratch stays until the copy engine has read the last boxes
     if (threadIdx.x % 32 == 0) bulk::wait_stores_read<0>();
   }
 #else
@@ -584,7 +586,7 @@ bool launch(Params<scalar_t>& p, const scalar_t* input, int64_t batch, int in_w,
                                   {static_cast<uint32_t>(RL::kSlotCols), 1u, static_cast<uint32_t>(p.channels)})) {
     return false;
   }
-  if constexpr (sizeof(scalar_t) == 2) {  // store_row_boxes
+  if constexpr (kStoresBoxes<scalar_t>) {  // store_row_boxes' map
     const uint64_t out_row = uint64_t(p.out_w) * sizeof(scalar_t), out_plane = out_row * uint64_t(p.out_h);
     const uint64_t out_dims[4] = {uint64_t(p.out_w), uint64_t(p.out_h), uint64_t(p.out_channels), uint64_t(batch)};
     const uint64_t out_strides[3] = {out_row, out_plane, out_plane * uint64_t(p.out_channels)};
