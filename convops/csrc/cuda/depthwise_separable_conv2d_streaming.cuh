@@ -92,9 +92,9 @@ struct RowLayout {
   static_assert(kPad <= kVec, "the left halo fits one vector");
   // The vectors a slot row needs, rounded up so that a quarter-warp's 16-byte loads (4 runs x 2 channels, see
   // RunPlace) fall in distinct banks: channel rows an odd number of vectors apart in fp32 (a run's loads step by 2
-  // vectors), 4 mod 8 in 16-bit (by 1).
+  // vectors); in 16-bit the quarter-warp's channels are 2 apart, so 2 rows are 4 mod 8 vectors apart (by 1).
   static constexpr int kNeeded = (kVec + kStripCols + kPad + kVec - 1) / kVec;
-  static constexpr int kSlotVectors = sizeof(scalar_t) == 4 ? kNeeded | 1 : kNeeded + (12 - kNeeded % 8) % 8;
+  static constexpr int kSlotVectors = sizeof(scalar_t) == 4 ? kNeeded | 1 : kNeeded + (6 - kNeeded % 4) % 4;
   static constexpr int kSlotCols = kSlotVectors * kVec;
   static constexpr int kSlotBytes = kMaxChannels * kSlotCols * static_cast<int>(sizeof(scalar_t));
   static_assert(kSlotBytes % 128 == 0, "box destinations are 128-byte aligned");
@@ -182,17 +182,22 @@ __device__ __forceinline__ void team_barrier(int team) {
   asm volatile("bar.sync %0, %1;" ::"r"(kFirstTeamBarrier + team), "n"(kTeamThreads) : "memory");
 }
 
-// The run a consumer thread computes in pass q: channel kChannelsPerPass q + channel, columns 8 run ... 8 run + 7 of
-// the strip. A warp covers 8 runs x 4 channels, a quarter-warp (one wavefront of 16-byte accesses) 4 runs x 2
-// channels: its window loads then fall in distinct banks (RowLayout), and its 4-byte D stores (8 runs x 4 channels
-// a warp) too (OperandLayout).
+// The runs a consumer thread computes: columns 8 run ... 8 run + 7 of the strip, in pass q of channel(q). A warp
+// covers 8 runs x 4 channels a pass, a quarter-warp (one wavefront of 16-byte accesses) 4 runs x 2 channels: its
+// window loads then fall in distinct banks (RowLayout), and its D stores (8 runs x 4 channels a warp) too
+// (OperandLayout). In 16-bit a thread's two passes are the channels 2 base and 2 base + 1, so that one 4-byte store
+// puts both outputs of a pixel into D (store_operands); in fp32 they are base and base + kChannelsPerPass.
+template <typename scalar_t>
 struct RunPlace {
-  int run, channel;
+  static constexpr bool kPairs = sizeof(scalar_t) == 2;
+  static_assert(!kPairs || kPasses == 2, "a channel pair a thread");
+  int run, base;
   __device__ __forceinline__ RunPlace() {
     const int team = threadIdx.x / kTeamThreads, warp = threadIdx.x % kTeamThreads / 32, lane = threadIdx.x % 32;
     run = team * kTeamRuns + lane % 4 + lane / 8 % 2 * 4;
-    channel = warp * 4 + lane / 4 % 2 + lane / 16 * 2;
+    base = warp * 4 + lane / 4 % 2 + lane / 16 * 2;
   }
+  __device__ __forceinline__ int channel(int q) const { return kPairs ? 2 * base + q : q * kChannelsPerPass + base; }
 };
 
 // Ring row r (the r-th input row a CTA copies) lives in slot r % slots and is that slot's fill r / slots.
@@ -233,11 +238,11 @@ __device__ __forceinline__ void depthwise_row(float (&out)[kPasses][kRunLength],
   constexpr int kSkip = kFirst % V;          // window start within its vector
   constexpr int kWindow = kRunLength + KW - 1;
   constexpr int kVectors = (kSkip + kWindow + V - 1) / V;
-  const RunPlace place;
+  const RunPlace<scalar_t> place;
   const int column = place.run * kRunLength + kFirst / V * V;
 #pragma unroll
   for (int q = 0; q < kPasses; ++q) {
-    const int k = q * kChannelsPerPass + place.channel;
+    const int k = place.channel(q);
     if (k >= channels) {
 #pragma unroll
       for (int i = 0; i < kRunLength; ++i) out[q][i] = 0.0f;  // channels past the end add nothing to the 1x1
@@ -269,18 +274,26 @@ __device__ __forceinline__ void depthwise_row(float (&out)[kPasses][kRunLength],
 }
 
 // Stores the row's depthwise outputs into D as the 1x1's operand: a run's 8 pixels are one core-matrix row group,
-// 16 bytes apart, at the channel's place within the rows.
-template <Math kMath, typename op_t>
+// 16 bytes apart, at the channel's place within the rows (16-bit: the channel pair's, one 4-byte word a pixel).
+template <typename scalar_t, Math kMath, typename op_t>
 __device__ __forceinline__ void store_operands(unsigned char* d, const float (&out)[kPasses][kRunLength]) {
   using OL = OperandLayout<op_t>;
-  const RunPlace place;
-#pragma unroll
-  for (int q = 0; q < kPasses; ++q) {
-    const int k = q * kChannelsPerPass + place.channel;
-    unsigned char* dst = d + OL::D::at(place.run * kRunLength, k, static_cast<int>(sizeof(op_t)));
+  const RunPlace<scalar_t> place;
+  if constexpr (RunPlace<scalar_t>::kPairs) {
+    unsigned char* dst = d + OL::D::at(place.run * kRunLength, place.channel(0), static_cast<int>(sizeof(op_t)));
 #pragma unroll
     for (int i = 0; i < kRunLength; ++i) {
-      *reinterpret_cast<op_t*>(dst + i * 16) = pipelined::to_operand<kMath, op_t>(out[q][i]);
+      *reinterpret_cast<uint32_t*>(dst + i * 16) = pipelined::pack_pair(pipelined::to_operand<kMath, op_t>(out[0][i]),
+                                                                        pipelined::to_operand<kMath, op_t>(out[1][i]));
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < kPasses; ++q) {
+      unsigned char* dst = d + OL::D::at(place.run * kRunLength, place.channel(q), static_cast<int>(sizeof(op_t)));
+#pragma unroll
+      for (int i = 0; i < kRunLength; ++i) {
+        *reinterpret_cast<op_t*>(dst + i * 16) = pipelined::to_operand<kMath, op_t>(out[q][i]);
+      }
     }
   }
 }
@@ -513,7 +526,7 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
         const int last = i + 1 == band.rows ? i + KH - 1 : i;
         for (int r = first + i; r <= first + last; ++r) bulk::arrive(&empty[RingRow(r, p.slots).slot]);
       }
-      store_operands<kMath, op_t>(d, out);
+      store_operands<scalar_t, kMath, op_t>(d, out);
       wgmma::publish_stores();
     }
     team_barrier(team);
