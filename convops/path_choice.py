@@ -3,8 +3,8 @@
 A convops kernel is specialised; on problems where it does not pay, the op runs ATen's path instead. Policies:
 
 - ``"auto"`` (default): the first call of each problem (op, dtypes, sizes, strides, parameters, TF32 flag) times
-  its paths on the GPU, each run from a cold L2 cache (as ``triton.testing.do_bench`` measures), and keeps the
-  fastest; :func:`path_choices` lists every decision with its timings.
+  its paths on the GPU, five runs each taking turns, each run from a cold L2 cache (as ``triton.testing.do_bench``
+  measures), and keeps the one with the lowest median; :func:`path_choices` lists every decision with its timings.
 - ``"convops"``: always the convops kernel.  ``"aten"``: always ATen.
 
 The environment variable ``CONVOPS_PATH`` sets the policy at load time. CPU calls are unaffected.
@@ -46,7 +46,7 @@ def forced_path(policy: str) -> Iterator[None]:
 
 class PathChoice(NamedTuple):
     """One decision of "auto": the problem (op, device, TF32, tensors' dtype/sizes/strides, parameters), the path
-    it took and the mean time of each path. Paths: "convops" (the op's own kernel), "aten" (the ATen composition it
+    it took and the median time of each path. Paths: "convops" (the op's own kernel), "aten" (the ATen composition it
     replaces) and, for ops that offer one, "mixed" (convops' kernel for part of the work, ATen for the rest: the
     separable op's convops depthwise kernel followed by the 1x1 as a cuBLAS GEMM); mixed_ms is None where there is
     none."""

@@ -4,9 +4,11 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cstring>
+#include <vector>
 
 #include "cuda/device_info.h"
 
@@ -14,7 +16,7 @@ namespace convops {
 namespace cuda {
 namespace {
 
-constexpr int kTimedRuns = 3;
+constexpr int kTimedRuns = 5;  // odd: the median is one run's time
 constexpr double kAtenMargin = 0.97;
 
 // KeyWriter's tags: each argument starts with one, so that arguments of different kinds never read alike.
@@ -51,28 +53,44 @@ struct Event {
   Event& operator=(const Event&) = delete;
 };
 
-// Mean GPU milliseconds of one run of `path` after a warm-up run (cuDNN's algorithm search, first allocations),
-// each run starting with a cold L2, as triton.testing.do_bench times: on batch-1 layers (5-20 us) which path wins
-// depends on it (the convops kernels won with the inputs L2-resident and lost by 0.5-2 us from DRAM on 33 of the
-// bench sweep's rows, 2026-11-26), and the cold condition is the one the benchmarks measure. Every run computes a
-// full output; the last timed one is kept in *output.
-double time_ms(PathFn path, cudaStream_t stream, const at::Tensor& flush, at::Tensor* output) {
-  path();
-  std::array<Event, 2 * kTimedRuns> events;
+// One candidate under timing: the path, where its last timed run's output goes and where its time goes.
+struct TimedPath {
+  PathFn run;
+  at::Tensor* output;
+  double* ms;
+};
+
+// The GPU milliseconds of one run of each path, the median of kTimedRuns timed runs after a warm-up run (cuDNN's
+// algorithm search, first allocations): a single slow run (a clock ramp, a host hiccup between a start event and the
+// path's launches) must not decide, as it could in a mean of three (a convops kernel at 0.0177 ms lost to ATen's
+// 0.027 ms). The paths take turns, one run each per round, so that a slow stretch of the GPU falls on all of them
+// rather than on whichever was being timed. Each run starts with a cold L2, as triton.testing.do_bench times: on
+// batch-1 layers (5-20 us) which path wins depends on it (the convops kernels won with the inputs L2-resident and
+// lost by 0.5-2 us from DRAM on 33 of the bench sweep's rows, 2026-11-26), and the cold condition is the one the
+// benchmarks measure. Every run computes a full output; each path's last timed one is kept in its output.
+void time_paths(c10::ArrayRef<TimedPath> paths, cudaStream_t stream, const at::Tensor& flush) {
+  struct Run {
+    Event start, end;
+  };
+  for (const TimedPath& path : paths) path.run();
+  std::vector<std::array<Run, kTimedRuns>> runs(paths.size());
   for (int i = 0; i < kTimedRuns; ++i) {
-    if (flush.defined()) C10_CUDA_CHECK(cudaMemsetAsync(flush.data_ptr(), 0, flush.nbytes(), stream));
-    C10_CUDA_CHECK(cudaEventRecord(events[2 * i].event, stream));
-    *output = path();
-    C10_CUDA_CHECK(cudaEventRecord(events[2 * i + 1].event, stream));
+    for (size_t p = 0; p < paths.size(); ++p) {
+      if (flush.defined()) C10_CUDA_CHECK(cudaMemsetAsync(flush.data_ptr(), 0, flush.nbytes(), stream));
+      C10_CUDA_CHECK(cudaEventRecord(runs[p][i].start.event, stream));
+      *paths[p].output = paths[p].run();
+      C10_CUDA_CHECK(cudaEventRecord(runs[p][i].end.event, stream));
+    }
   }
-  C10_CUDA_CHECK(cudaEventSynchronize(events.back().event));
-  float total_ms = 0.f;
-  for (int i = 0; i < kTimedRuns; ++i) {
-    float ms = 0.f;
-    C10_CUDA_CHECK(cudaEventElapsedTime(&ms, events[2 * i].event, events[2 * i + 1].event));
-    total_ms += ms;
+  C10_CUDA_CHECK(cudaEventSynchronize(runs.back().back().end.event));
+  for (size_t p = 0; p < paths.size(); ++p) {
+    std::array<float, kTimedRuns> ms{};
+    for (int i = 0; i < kTimedRuns; ++i) {
+      C10_CUDA_CHECK(cudaEventElapsedTime(&ms[i], runs[p][i].start.event, runs[p][i].end.event));
+    }
+    std::sort(ms.begin(), ms.end());
+    *paths[p].ms = ms[kTimedRuns / 2];
   }
-  return total_ms / kTimedRuns;
 }
 
 }  // namespace
@@ -166,19 +184,16 @@ at::Tensor run_auto_path(const std::string& key, c10::function_ref<std::string()
   at::Tensor convops_output, aten_output, mixed_output;
   at::Tensor flush = l2_flush_buffer(at::Device(at::kCUDA, c10::cuda::current_device()));
   double convops_ms = 0.0, aten_ms = 0.0, mixed_ms = -1.0;
-  const auto time_paths = [&] {
-    convops_ms = time_ms(convops_path, stream, flush, &convops_output);
-    aten_ms = time_ms(aten_path, stream, flush, &aten_output);
-    if (mixed_path != nullptr) mixed_ms = time_ms(*mixed_path, stream, flush, &mixed_output);
-  };
+  std::vector<TimedPath> paths = {{convops_path, &convops_output, &convops_ms}, {aten_path, &aten_output, &aten_ms}};
+  if (mixed_path != nullptr) paths.push_back({*mixed_path, &mixed_output, &mixed_ms});
   try {
-    time_paths();
+    time_paths(paths, stream, flush);
   } catch (const c10::OutOfMemoryError&) {
     if (!flush.defined()) throw;
     // The paths need the room more than the timing needs a cold L2.
     flush = at::Tensor();
     convops_output = aten_output = mixed_output = at::Tensor();
-    time_paths();
+    time_paths(paths, stream, flush);
   }
   const bool mixed_wins = mixed_path != nullptr && mixed_ms < convops_ms;
   const double best_convops_ms = mixed_wins ? mixed_ms : convops_ms;
