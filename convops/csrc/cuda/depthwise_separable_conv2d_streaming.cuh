@@ -20,8 +20,9 @@
 //     outputs of all channels (fp32 FMA, bias then taps in (ky, kx) order as ATen does), store them into D rounded as
 //     the unfused pair would see them (TF32 ties-to-even, or the input dtype), in wgmma's K-major layout, and
 //     multiply: each warpgroup the m64n64 product of 64 couts x its team's 64 pixels over the channels. The product
-//     runs while the team computes the next row's depthwise outputs; the row is stored (the pointwise bias added)
-//     after that, staged through shared memory in whole 128-byte lines (store_row_boxes, store_row_vectors).
+//     runs while the team computes the next row's depthwise outputs (16-bit: with the pointwise bias as one more
+//     channel); the row is stored after that (fp32: adding the pointwise bias), staged through shared memory in whole
+//     128-byte lines (store_row_boxes, store_row_vectors).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -102,10 +103,17 @@ struct RowLayout {
 
 // D (pixels x channels) and the pointwise weights (couts x channels) as wgmma's K-major operands (wgmma.cuh): 8-row
 // groups kStride bytes apart, k-steps of 32 bytes of each row kStepBytes apart.
+//
+// With 16-bit operands the pointwise bias is one more channel of the product: channel kMaxChannels is 1 in every
+// pixel of D (written once) and the bias in W, and the rest of that k-step zero. The bias, a 16-bit value, times 1 is
+// exact in the fp32 sums, and the row's stores then add nothing (32 additions a thread a row fewer; the 16-bit kernel
+// is bound by its instruction issue). A TF32 bias would lose bits, and fp32 has no shared memory for the k-step.
 template <typename op_t>
 struct OperandLayout {
   static constexpr int kStepChannels = wgmma::kStepBytes / static_cast<int>(sizeof(op_t));
-  static constexpr int kSteps = kMaxChannels / kStepChannels;
+  static constexpr bool kBiasChannel = sizeof(op_t) == 2;
+  static constexpr int kSteps = kMaxChannels / kStepChannels + (kBiasChannel ? 1 : 0);
+  static constexpr int kChannels = kSteps * kStepChannels;  // K of the product
   // 16 bytes past a multiple of 128 between 8-pixel groups: a warp's depthwise stores (8 runs x 4 channels, each
   // run one group) then fall in distinct banks.
   using D = wgmma::KMajor<kStripCols, 256 + 16>;
@@ -131,18 +139,27 @@ struct Params {
   CUtensorMap output_map;                  // 16-bit: the output as (W, H, C, N), swizzled boxes of 128 B x 1 x 8
 };
 
+// A channel's depthwise filter and bias in shared memory, padded to whole 16-byte vectors: a thread loads them with
+// three 16-byte loads (3x3) instead of ten 4-byte ones.
+template <int KH, int KW>
+struct alignas(16) FilterRecord {
+  static constexpr int kFloats = (KH * KW + 1 + 3) / 4 * 4;
+  float taps[kFloats];  // KH x KW weights in (ky, kx) order, then the bias, then zeros
+  __device__ __forceinline__ float weight(int ky, int kx) const { return taps[ky * KW + kx]; }
+  __device__ __forceinline__ float bias() const { return taps[KH * KW]; }
+};
+
 template <typename scalar_t, int KH, int KW, Math kMath>
 struct Smem {
   using op_t = operand_t<scalar_t, kMath>;
-  size_t ring, d, w, scratch, dw_w, dw_b, pw_b, full, empty, total;
+  size_t ring, d, w, scratch, filters, pw_b, full, empty, total;
   __host__ __device__ explicit Smem(int slots) {
     ring = 0;
     d = ring + size_t(slots) * RowLayout<scalar_t, KW>::kSlotBytes;
     w = d + OperandLayout<op_t>::kBytesD;
     scratch = align_to(w + OperandLayout<op_t>::kBytesW, kBoxBytes);  // the boxes' swizzle repeats every 1 KB
-    dw_w = scratch + kConsumerThreads / 32 * kScratchBytes<scalar_t>;
-    dw_b = dw_w + align(kMaxChannels * KH * KW * sizeof(float));
-    pw_b = dw_b + align(kMaxChannels * sizeof(float));
+    filters = scratch + kConsumerThreads / 32 * kScratchBytes<scalar_t>;
+    pw_b = filters + kMaxChannels * sizeof(FilterRecord<KH, KW>);
     full = pw_b + align(kCoutTile * sizeof(float));
     empty = full + align(slots * sizeof(uint64_t));
     total = empty + align(slots * sizeof(uint64_t));
@@ -200,10 +217,17 @@ struct RunPlace {
   __device__ __forceinline__ int channel(int q) const { return kPairs ? 2 * base + q : q * kChannelsPerPass + base; }
 };
 
-// Ring row r (the r-th input row a CTA copies) lives in slot r % slots and is that slot's fill r / slots.
-struct RingRow {
-  int slot, parity;
-  __device__ __forceinline__ RingRow(int r, int slots) : slot(r % slots), parity((r / slots) & 1) {}
+// Ring row r (the r-th input row a CTA copies) lives in slot r % slots and is that slot's fill r / slots. The
+// producer and the consumers walk the ring in order, so they keep (slot, parity) and step it, without dividing.
+struct RingCursor {
+  int slot = 0;
+  uint32_t parity = 0;  // of the slot's fill
+  // The cursor `rows` ring rows on, for rows <= slots (at most KH: the ring has at least KH + 1 slots).
+  __device__ __forceinline__ RingCursor plus(int rows, int slots) const {
+    RingCursor next{slot + rows, parity};
+    if (next.slot >= slots) next.slot -= slots, next.parity ^= 1;
+    return next;
+  }
 };
 
 // The producer: one box copy an input row, band after band, in the order the consumers take the rows.
@@ -211,14 +235,14 @@ template <typename scalar_t, int KH, int KW>
 __device__ __forceinline__ void produce(const Params<scalar_t>& p, unsigned char* ring, uint64_t* full,
                                         uint64_t* empty) {
   using RL = RowLayout<scalar_t, KW>;
-  int r = 0;
+  int r = 0;  // rows copied
+  RingCursor row;
   const Share share(p.rows);
   for (int64_t at = share.begin; at < share.end;) {
     const Band band = band_at(p, at, share.end);
     at += band.rows;
     const int channel0 = static_cast<int>(band.n * p.channels);
-    for (int j = 0; j < band.rows + KH - 1; ++j, ++r) {
-      const RingRow row(r, p.slots);
+    for (int j = 0; j < band.rows + KH - 1; ++j, ++r, row = row.plus(1, p.slots)) {
       if (r >= p.slots) bulk::wait(&empty[row.slot], row.parity ^ 1);  // the slot's previous row is released
       bulk::arrive_expect_bytes(&full[row.slot], p.row_bytes);
       bulk::copy_box_to_shared(ring + size_t(row.slot) * RL::kSlotBytes, &p.input_map, band.x0 - RL::kVec,
@@ -230,8 +254,7 @@ __device__ __forceinline__ void produce(const Params<scalar_t>& p, unsigned char
 // The thread's depthwise outputs of one output row (RunPlace). rows[ky]: the slot holding input row ky of the window.
 template <typename scalar_t, int KH, int KW>
 __device__ __forceinline__ void depthwise_row(float (&out)[kPasses][kRunLength], const scalar_t* const (&rows)[KH],
-                                              const float* __restrict__ dw_w, const float* __restrict__ dw_b,
-                                              int channels) {
+                                              const FilterRecord<KH, KW>* __restrict__ filters, int channels) {
   using RL = RowLayout<scalar_t, KW>;
   constexpr int V = RL::kVec, kPerWord = 4 / static_cast<int>(sizeof(scalar_t));
   constexpr int kFirst = V - RL::kPad;       // slot column of the first run's window
@@ -248,10 +271,9 @@ __device__ __forceinline__ void depthwise_row(float (&out)[kPasses][kRunLength],
       for (int i = 0; i < kRunLength; ++i) out[q][i] = 0.0f;  // channels past the end add nothing to the 1x1
       continue;
     }
-    const float* w = dw_w + k * KH * KW;
-    const float b = dw_b[k];
+    const FilterRecord<KH, KW> filter = filters[k];
 #pragma unroll
-    for (int i = 0; i < kRunLength; ++i) out[q][i] = b;
+    for (int i = 0; i < kRunLength; ++i) out[q][i] = filter.bias();
 #pragma unroll
     for (int ky = 0; ky < KH; ++ky) {
       const scalar_t* src = rows[ky] + k * RL::kSlotCols + column;
@@ -265,7 +287,7 @@ __device__ __forceinline__ void depthwise_row(float (&out)[kPasses][kRunLength],
       }
 #pragma unroll
       for (int kx = 0; kx < KW; ++kx) {
-        const float wv = w[ky * KW + kx];
+        const float wv = filter.weight(ky, kx);
 #pragma unroll
         for (int i = 0; i < kRunLength; ++i) out[q][i] = fmaf(wv, values[kSkip + i + kx], out[q][i]);
       }
@@ -305,17 +327,29 @@ struct Quarter {
       : first_cout(wg % 2 * kWarpgroupCouts), first_pixel(wg / 2 * kWarpgroupPixels) {}
 };
 
+// The descriptors of warpgroup wg's operands at k-step 0 (wgmma.cuh), built once: the pointwise weights' rows of its
+// couts and D's rows of its pixels.
+struct ProductOperands {
+  uint64_t weights, depthwise;
+};
+
+template <typename op_t>
+__device__ __forceinline__ ProductOperands product_operands(const unsigned char* w, const unsigned char* d,
+                                                           const Quarter& quarter) {
+  using OL = OperandLayout<op_t>;
+  return {OL::W::rows_descriptor(w, quarter.first_cout), OL::D::rows_descriptor(d, quarter.first_pixel)};
+}
+
 // Warpgroup wg's product, summed over all kMaxChannels channels (those past the input's are zero in D and W), one
 // m64n64 instruction a k-step; issued and committed, not waited for.
 template <typename scalar_t, Math kMath>
-__device__ __forceinline__ void issue_product(float (&acc)[kAccumulators], const unsigned char* w,
-                                              const unsigned char* d, const Quarter& quarter) {
+__device__ __forceinline__ void issue_product(float (&acc)[kAccumulators], const ProductOperands& operands) {
   using OL = OperandLayout<operand_t<scalar_t, kMath>>;
   wgmma::fence();  // orders the previous row's stores (which read the accumulators) before the new sums
 #pragma unroll
   for (int s = 0; s < OL::kSteps; ++s) {
-    const uint64_t a = OL::W::step_descriptor(w, s, quarter.first_cout);
-    const uint64_t b = OL::D::step_descriptor(d, s, quarter.first_pixel);
+    const uint64_t a = OL::W::step(operands.weights, s);
+    const uint64_t b = OL::D::step(operands.depthwise, s);
     if constexpr (kMath == Math::kHalf) {
       wgmma::mma_m64n64k16<std::is_same_v<scalar_t, at::BFloat16>>(acc, a, b, s > 0);
     } else {
@@ -332,7 +366,8 @@ struct OutputRow {
 };
 
 // Stores warpgroup wg's products (the m64n64 fragment: acc[4 j + e] is cout 16 (warp % 4) + lane / 4 (+ 8 for
-// e >= 2) of its quarter, pixel 8 j + 2 (lane % 4) (+ 1 for odd e)) with the pointwise bias.
+// e >= 2) of its quarter, pixel 8 j + 2 (lane % 4) (+ 1 for odd e)) with the pointwise bias (in 16-bit the product
+// has added it: OperandLayout).
 //
 // The fragment gives a lane pixel pairs of two couts: stored from registers as they are, each warp instruction
 // writes 8 couts' rows 32 bytes (fp32) or 16 bytes (16-bit: half sectors) apart, and those stores, not the bytes,
@@ -355,21 +390,21 @@ struct Fragment {
 // being 1 KB aligned), so that a warp's writes (8 rows x 16 bytes) fall in distinct banks.
 template <typename scalar_t>
 __device__ __forceinline__ void store_row_boxes(const Params<scalar_t>& p, const OutputRow& row,
-                                                const float (&acc)[kAccumulators], const float* __restrict__ pw_b,
-                                                const Quarter& quarter, unsigned char* __restrict__ scratch) {
+                                                const float (&acc)[kAccumulators], const Quarter& quarter,
+                                                unsigned char* __restrict__ scratch) {
   static_assert(kStoresBoxes<scalar_t> && kScratchBytes<scalar_t> == 2 * kBoxBytes, "a box a half of the couts");
   const Fragment f(quarter);
   // The previous row's boxes have been read out of the scratch.
   if (f.lane == 0) bulk::wait_stores_read<0>();
   __syncwarp();
+  static_assert(OperandLayout<scalar_t>::kBiasChannel, "the product has added the pointwise bias");
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const float bias = pw_b[f.warp_cout + f.g + 8 * half];
     unsigned char* const line = scratch + half * kBoxBytes + f.g * kBoxRowBytes;
     const int swizzle = (shared_address(line) >> 7) & 7;
 #pragma unroll
     for (int j = 0; j < kWarpgroupPixels / 8; ++j) {
-      const float v0 = acc[4 * j + 2 * half] + bias, v1 = acc[4 * j + 2 * half + 1] + bias;
+      const float v0 = acc[4 * j + 2 * half], v1 = acc[4 * j + 2 * half + 1];
       *reinterpret_cast<uint32_t*>(line + (j ^ swizzle) * 16 + 4 * f.t) =
           pipelined::pack_pair(static_cast<scalar_t>(v0), static_cast<scalar_t>(v1));
     }
@@ -386,45 +421,65 @@ __device__ __forceinline__ void store_row_boxes(const Params<scalar_t>& p, const
   }
 }
 
-// fp32: kScratchRows rows of 64 pixels at a time, whose 8-pixel groups are XOR-swizzled by the row (group j of
-// row r at j ^ r) so that the fragment's writes (4 rows x 4 lanes a group) fall in distinct banks; each lane then
-// stores 16-byte vectors.
+// fp32: the warp's 16 couts x 64 pixels leave in four rounds (half, quad) of 4 couts x 64 pixels (couts
+// 8 half + 4 quad ... + 3), one 1 KB scratch-full each. The fragment's lanes of those couts write their pixel pairs
+// (8-pixel group j of row r at j ^ r, so that the writes, 4 rows x 4 lanes a group, fall in distinct banks); then
+// every lane stores two 16-byte vectors, a half-warp one cout row's 256 bytes. Rounds of 8 couts x 32 pixels, in which
+// every lane writes, were slower (seed, H200: 1.056 against 1.028 ms): a row's two 128-byte halves then leave in
+// different rounds. The code keeps to few instructions a row (about 190; 470 as first written, most of them
+// 64-bit addresses, branches and predicates): one store pointer stepped by two rows, the read addresses built once,
+// the bounds checks as one predicated store (store_streaming_if).
 template <typename scalar_t>
 __device__ __forceinline__ void store_row_vectors(const Params<scalar_t>& p, const OutputRow& row,
                                                   const float (&acc)[kAccumulators], const float* __restrict__ pw_b,
                                                   const Quarter& quarter, unsigned char* __restrict__ scratch) {
   static_assert(!kStoresBoxes<scalar_t> && std::is_same_v<scalar_t, float>, "fp32 rows");
-  constexpr int kScratchRows = kBoxBytes / (kWarpgroupPixels * 4);
-  constexpr int kRowVectors = kWarpgroupPixels / 4;
-  constexpr int kReads = kScratchRows * kRowVectors / 32;  // vectors a lane stores a round
+  constexpr int kScratchRows = kBoxBytes / (kWarpgroupPixels * 4);  // 4
+  constexpr int kRowVectors = kWarpgroupPixels / 4;                 // 16-byte vectors a row: 16
+  constexpr int kRowsPerRead = 32 / kRowVectors;                    // rows a warp instruction stores: 2
+  static_assert(kScratchRows == 2 * kRowsPerRead, "two reads a round");
   const Fragment f(quarter);
   const int x = row.x0 + quarter.first_pixel;  // the warp's 64 columns
   const int64_t plane = int64_t{p.out_h} * p.out_w;
-  float* const rows = p.output + (row.n * p.out_channels + f.warp_cout) * plane + int64_t{row.y} * p.out_w + x;
+  // Lane: vector c of rows r and r + 2 of each round; the bounds as the couts and columns left from there (a vector
+  // is wholly inside or outside a row: out_w % 4 == 0).
+  const int r = f.lane / kRowVectors, c = f.lane % kRowVectors;
+  const int couts_left = p.out_channels - (f.warp_cout + r);
+  const bool column_inside = x + 4 * c < p.out_w;
+  float* dst = p.output + (row.n * p.out_channels + f.warp_cout + r) * plane + int64_t{row.y} * p.out_w + x + 4 * c;
   float* const slots = reinterpret_cast<float*>(scratch);
-  // Round (half, quad): couts 8 half + 4 quad ... + 3 of the warp, held by lanes 16 quad ... 16 quad + 15.
+  const float* read[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int rk = r + kRowsPerRead * k;
+    read[k] = slots + rk * kWarpgroupPixels + (c / 2 ^ rk) * 8 + c % 2 * 4;
+  }
+  // The pointwise bias is added to the vectors read back, each of one cout row: every lane adds (32 additions a row),
+  // where in the fragment only a round's lanes would (64 warp instructions).
+  const float* const bias = pw_b + f.warp_cout + r;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const float bias = pw_b[f.warp_cout + f.g + 8 * half];
 #pragma unroll
     for (int quad = 0; quad < 2; ++quad) {
       if (f.g / 4 == quad) {
-        const int r = f.g % 4;
+        const int rw = f.g % 4;
 #pragma unroll
         for (int j = 0; j < kWarpgroupPixels / 8; ++j) {
-          float* dst = slots + r * kWarpgroupPixels + (j ^ r) * 8 + 2 * f.t;
-          *reinterpret_cast<float2*>(dst) = make_float2(acc[4 * j + 2 * half] + bias, acc[4 * j + 2 * half + 1] + bias);
+          float* at = slots + rw * kWarpgroupPixels + (j ^ rw) * 8 + 2 * f.t;
+          *reinterpret_cast<float2*>(at) = make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
         }
       }
       __syncwarp();
 #pragma unroll
-      for (int k = 0; k < kReads; ++k) {
-        const int v = f.lane + 32 * k, r = v / kRowVectors, px = v % kRowVectors * 4;
-        const int cout = f.warp_cout + 8 * half + 4 * quad + r;
-        const uint4 value = *reinterpret_cast<const uint4*>(slots + r * kWarpgroupPixels + (px / 8 ^ r) * 8 + px % 8);
-        if (cout < p.out_channels && x + px < p.out_w) {  // (a vector is wholly inside or outside: out_w % 4 == 0)
-          __stcs(reinterpret_cast<uint4*>(rows + (cout - f.warp_cout) * plane + px), value);
-        }
+      for (int k = 0; k < 2; ++k) {
+        const float b = bias[8 * half + 4 * quad + kRowsPerRead * k];
+        float4 v = *reinterpret_cast<const float4*>(read[k]);
+        v.x += b, v.y += b, v.z += b, v.w += b;
+        const uint4 value = make_uint4(__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z),
+                                       __float_as_uint(v.w));
+        store_streaming_if(column_inside && 8 * half + 4 * quad + kRowsPerRead * k < couts_left,
+                           reinterpret_cast<uint4*>(dst), value);
+        dst += kRowsPerRead * plane;
       }
       __syncwarp();
     }
@@ -442,8 +497,7 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
   unsigned char* d = smem_raw + s.d;
   unsigned char* w = smem_raw + s.w;
   unsigned char* scratch = smem_raw + s.scratch + threadIdx.x / 32 * kScratchBytes<scalar_t>;  // the warp's
-  float* dw_w = reinterpret_cast<float*>(smem_raw + s.dw_w);
-  float* dw_b = reinterpret_cast<float*>(smem_raw + s.dw_b);
+  auto* filters = reinterpret_cast<FilterRecord<KH, KW>*>(smem_raw + s.filters);
   float* pw_b = reinterpret_cast<float*>(smem_raw + s.pw_b);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem_raw + s.full);    // slot i holds its row
   uint64_t* empty = reinterpret_cast<uint64_t*>(smem_raw + s.empty);  // slot i's row is released
@@ -457,18 +511,35 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
   }
   // The parameters, rounded as the MMA takes them; zeros past the problem's channels and couts.
   using OL = OperandLayout<op_t>;
-  for (int i = threadIdx.x; i < kCoutTile * kMaxChannels; i += kThreads) {
-    const int cl = i / kMaxChannels, k = i % kMaxChannels;
-    const float v = cl < p.out_channels && k < p.channels
-                        ? static_cast<float>(p.pw_weight[int64_t{cl} * p.channels + k])
-                        : 0.0f;
+  for (int i = threadIdx.x; i < kCoutTile * OL::kChannels; i += kThreads) {
+    const int cl = i / OL::kChannels, k = i % OL::kChannels;
+    float v = 0.0f;
+    if (cl < p.out_channels && k < p.channels) {
+      v = static_cast<float>(p.pw_weight[int64_t{cl} * p.channels + k]);
+    } else if (OL::kBiasChannel && cl < p.out_channels && k == kMaxChannels && p.pw_bias != nullptr) {
+      v = static_cast<float>(p.pw_bias[cl]);
+    }
     op_t* at = reinterpret_cast<op_t*>(w + OL::W::at(cl, k, static_cast<int>(sizeof(op_t))));
     *at = pipelined::to_operand<kMath, op_t>(v);
   }
-  wgmma::publish_stores();  // the weights are read by wgmma
-  for (int i = threadIdx.x; i < p.channels * KH * KW; i += kThreads) dw_w[i] = static_cast<float>(p.dw_weight[i]);
-  for (int i = threadIdx.x; i < p.channels; i += kThreads) {
-    dw_b[i] = p.dw_bias != nullptr ? static_cast<float>(p.dw_bias[i]) : 0.0f;
+  if constexpr (OL::kBiasChannel) {  // D's bias k-step: 1 in channel kMaxChannels, which no row rewrites
+    for (int i = threadIdx.x; i < kStripCols * OL::kStepChannels; i += kThreads) {
+      const int pixel = i / OL::kStepChannels, k = kMaxChannels + i % OL::kStepChannels;
+      op_t* at = reinterpret_cast<op_t*>(d + OL::D::at(pixel, k, static_cast<int>(sizeof(op_t))));
+      *at = pipelined::to_operand<kMath, op_t>(k == kMaxChannels ? 1.0f : 0.0f);
+    }
+  }
+  wgmma::publish_stores();  // the weights (and D's bias k-step) are read by wgmma
+  using Filter = FilterRecord<KH, KW>;
+  for (int i = threadIdx.x; i < p.channels * Filter::kFloats; i += kThreads) {
+    const int k = i / Filter::kFloats, e = i % Filter::kFloats;
+    float v = 0.0f;
+    if (e < KH * KW) {
+      v = static_cast<float>(p.dw_weight[k * KH * KW + e]);
+    } else if (e == KH * KW && p.dw_bias != nullptr) {
+      v = static_cast<float>(p.dw_bias[k]);
+    }
+    filters[k].taps[e] = v;
   }
   for (int i = threadIdx.x; i < kCoutTile; i += kThreads) {
     pw_b[i] = p.pw_bias != nullptr && i < p.out_channels ? static_cast<float>(p.pw_bias[i]) : 0.0f;
@@ -481,6 +552,7 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
   }
 
   const Quarter quarter(threadIdx.x / 128);
+  const ProductOperands operands = product_operands<op_t>(w, d, quarter);
   const int team = threadIdx.x / kTeamThreads;
   static_assert(kWarpgroupPixels * kTeams == kStripCols, "warpgroup wg's pixels are team wg / 2's");
   float acc[kAccumulators];
@@ -491,28 +563,29 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
   const Share share(p.rows);
   int64_t at = share.begin;  // the band's first row
   Band band = band_at(p, at, share.end);
-  int i = 0;       // the row within the band
-  int first = 0;   // ring row of the band's first input row
+  int i = 0;            // the row within the band
+  RingCursor window;    // ring row of the window's first input row
   OutputRow previous{0, 0, 0};
   bool stored = true;  // the previous row is stored (none yet)
   for (;;) {
     const bool active = at < share.end;
     float out[kPasses][kRunLength];
     if (active) {
+      // Within a band the window's rows but the newest were waited for by the rows before.
       const scalar_t* rows[KH];
 #pragma unroll
       for (int ky = 0; ky < KH; ++ky) {
-        const RingRow row(first + i + ky, p.slots);
-        bulk::wait(&full[row.slot], row.parity);
+        const RingCursor row = window.plus(ky, p.slots);
+        if (i == 0 || ky == KH - 1) bulk::wait(&full[row.slot], row.parity);
         rows[ky] = reinterpret_cast<const scalar_t*>(ring + size_t(row.slot) * RL::kSlotBytes);
       }
-      depthwise_row<scalar_t, KH, KW>(out, rows, dw_w, dw_b, p.channels);
+      depthwise_row<scalar_t, KH, KW>(out, rows, filters, p.channels);
     }
     wgmma::wait<0>();
     wgmma::pin(acc);
     if (!stored) {
       if constexpr (kStoresBoxes<scalar_t>) {
-        store_row_boxes(p, previous, acc, pw_b, quarter, scratch);
+        store_row_boxes(p, previous, acc, quarter, scratch);
       } else {
         store_row_vectors(p, previous, acc, pw_b, quarter, scratch);
       }
@@ -523,20 +596,21 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
     team_barrier(team);
     if (active) {
       if (threadIdx.x % kTeamThreads == 0) {
-        const int last = i + 1 == band.rows ? i + KH - 1 : i;
-        for (int r = first + i; r <= first + last; ++r) bulk::arrive(&empty[RingRow(r, p.slots).slot]);
+        const int released = i + 1 == band.rows ? KH : 1;
+        for (int r = 0; r < released; ++r) bulk::arrive(&empty[window.plus(r, p.slots).slot]);
       }
       store_operands<scalar_t, kMath, op_t>(d, out);
       wgmma::publish_stores();
     }
     team_barrier(team);
-    issue_product<scalar_t, kMath>(acc, w, d, quarter);
+    issue_product<scalar_t, kMath>(acc, operands);
     wgmma::pin(acc);
     if (!active) break;
     previous = OutputRow{band.n, band.y0 + i, band.x0};
     stored = false;
-    if (++i == band.rows) {
-      first += band.rows + KH - 1;
+    if (i + 1 < band.rows) window = window.plus(1, p.slots);
+    if (++i == band.rows) {  // the next band's window starts after this one's last input row
+      window = window.plus(KH, p.slots);
       i = 0;
       at += band.rows;
       if (at < share.end) band = band_at(p, at, share.end);

@@ -158,6 +158,17 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 }
 
+// __stcs(dst, value) where `store` holds, as one predicated instruction. Written as a branch, the compiler moves the
+// computation of `value` (a shared-memory load and its address) into it, and at a kernel's register cap rebuilds the
+// address there every time.
+__device__ __forceinline__ void store_streaming_if(bool store, uint4* dst, const uint4& value) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p st.global.cs.v4.b32 [%1], {%2, %3, %4, %5};\n}\n" ::"r"(
+          static_cast<int>(store)),
+      "l"(dst), "r"(value.x), "r"(value.y), "r"(value.z), "r"(value.w)
+      : "memory");
+}
+
 // D += A * B on one warp, m16n8k8, TF32 operands, fp32 accumulators (PTX ISA "mma.sync ... .tf32").
 // Fragment layouts (g = lane / 4, t = lane % 4):
 //   a[0]=(g, t) a[1]=(g+8, t) a[2]=(g, t+4) a[3]=(g+8, t+4)   -- A is 16x8, row-major (row, k)

@@ -43,6 +43,14 @@ __device__ __forceinline__ uint64_t descriptor(const void* start, uint32_t leadi
          uint64_t{(stride & 0x3ffff) >> 4} << 32;
 }
 
+// The descriptor of the operand `bytes` (a multiple of 16) further on: the start address is the low field, in units
+// of 16 bytes, and shared-memory addresses stay below 2^18, so the addition never carries out of it.
+// (A 32-bit addition to the low word: the high word, the stride, stays the constant it was built from.)
+__device__ __forceinline__ uint64_t advance(uint64_t descriptor, uint32_t bytes) {
+  const uint32_t low = static_cast<uint32_t>(descriptor) + (bytes >> 4);
+  return (descriptor & 0xffffffff00000000ull) | low;
+}
+
 // A K-major operand of kRows rows (its M or N extent) laid out as `offset` says: 8-row groups kGroupStride bytes
 // apart, the rows' k-steps kStepStride bytes apart. Where it is placed and how wgmma reads it, in one place.
 template <int kRows, int kGroupStride>
@@ -52,10 +60,19 @@ struct KMajor {
   __host__ __device__ static constexpr int at(int row, int k, int element_bytes) {
     return offset(row, k * element_bytes, kGroupStride, kStepStride);
   }
-  // The descriptor of k-step k_step of the rows from first_row on (a multiple of 8), the operand at `base`.
+  // The descriptor of k-step 0 of the rows from first_row on (a multiple of 8), the operand at `base`; step() moves
+  // it to another k-step. A kernel that multiplies the same rows again and again builds it once: built anew, each
+  // descriptor costs the masks and shifts of descriptor() (about 14 instructions a k-step for two operands, in the
+  // row-streaming separable kernel's SASS).
+  __device__ __forceinline__ static uint64_t rows_descriptor(const void* base, int first_row) {
+    return descriptor(static_cast<const unsigned char*>(base) + first_row / kCoreRows * kGroupStride, kCoreBytes,
+                      kGroupStride);
+  }
+  __device__ __forceinline__ static uint64_t step(uint64_t rows, int k_step) {
+    return advance(rows, k_step * kStepStride);
+  }
   __device__ __forceinline__ static uint64_t step_descriptor(const void* base, int k_step, int first_row) {
-    const unsigned char* start = static_cast<const unsigned char*>(base) + k_step * kStepStride;
-    return descriptor(start + first_row / kCoreRows * kGroupStride, kCoreBytes, kGroupStride);
+    return step(rows_descriptor(base, first_row), k_step);
   }
 };
 
