@@ -428,7 +428,7 @@ __device__ __forceinline__ void store_row_boxes(const Params<scalar_t>& p, const
 // every lane writes, were slower (seed, H200: 1.056 against 1.028 ms): a row's two 128-byte halves then leave in
 // different rounds. The code keeps to few instructions a row (about 190; 470 as first written, most of them
 // 64-bit addresses, branches and predicates): one store pointer stepped by two rows, the read addresses built once,
-// the bounds checks as one predicated store (store_streaming_if).
+// the bounds checks as one predicated store (store_vector_if).
 template <typename scalar_t>
 __device__ __forceinline__ void store_row_vectors(const Params<scalar_t>& p, const OutputRow& row,
                                                   const float (&acc)[kAccumulators], const float* __restrict__ pw_b,
@@ -477,8 +477,8 @@ __device__ __forceinline__ void store_row_vectors(const Params<scalar_t>& p, con
         v.x += b, v.y += b, v.z += b, v.w += b;
         const uint4 value = make_uint4(__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z),
                                        __float_as_uint(v.w));
-        store_streaming_if(column_inside && 8 * half + 4 * quad + kRowsPerRead * k < couts_left,
-                           reinterpret_cast<uint4*>(dst), value);
+        store_vector_if(column_inside && 8 * half + 4 * quad + kRowsPerRead * k < couts_left,
+                        reinterpret_cast<uint4*>(dst), value);
         dst += kRowsPerRead * plane;
       }
       __syncwarp();

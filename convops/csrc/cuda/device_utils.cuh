@@ -158,12 +158,13 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 }
 
-// __stcs(dst, value) where `store` holds, as one predicated instruction. Written as a branch, the compiler moves the
+// *dst = value where `store` holds, as one predicated instruction. Written as a branch, the compiler moves the
 // computation of `value` (a shared-memory load and its address) into it, and at a kernel's register cap rebuilds the
-// address there every time.
-__device__ __forceinline__ void store_streaming_if(bool store, uint4* dst, const uint4& value) {
+// address there every time. A plain (write-back) store: the streaming hint (st.global.cs, __stcs) made the
+// row-streaming separable kernel's fp32 rows slower (seed, H200: 1.0265 against 1.0191 ms).
+__device__ __forceinline__ void store_vector_if(bool store, uint4* dst, const uint4& value) {
   asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p st.global.cs.v4.b32 [%1], {%2, %3, %4, %5};\n}\n" ::"r"(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p st.global.v4.b32 [%1], {%2, %3, %4, %5};\n}\n" ::"r"(
           static_cast<int>(store)),
       "l"(dst), "r"(value.x), "r"(value.y), "r"(value.z), "r"(value.w)
       : "memory");
