@@ -426,9 +426,10 @@ __device__ __forceinline__ void store_row_boxes(const Params<scalar_t>& p, const
 // (8-pixel group j of row r at j ^ r, so that the writes, 4 rows x 4 lanes a group, fall in distinct banks); then
 // every lane stores two 16-byte vectors, a half-warp one cout row's 256 bytes. Rounds of 8 couts x 32 pixels, in which
 // every lane writes, were slower (seed, H200: 1.056 against 1.028 ms): a row's two 128-byte halves then leave in
-// different rounds. The code keeps to few instructions a row (about 190; 470 as first written, most of them
-// 64-bit addresses, branches and predicates): one store pointer stepped by two rows, the read addresses built once,
-// the bounds checks as one predicated store (store_vector_if).
+// different rounds. The code keeps to few instructions a row (about 290 a warp in SASS, among them 32 shared stores
+// and 32 bias additions; 470 as first written, most of them 64-bit addresses, branches and predicates): one store
+// pointer stepped by two rows, the read addresses built once, the bounds checks as one predicated store
+// (store_vector_if).
 template <typename scalar_t>
 __device__ __forceinline__ void store_row_vectors(const Params<scalar_t>& p, const OutputRow& row,
                                                   const float (&acc)[kAccumulators], const float* __restrict__ pw_b,
