@@ -28,7 +28,7 @@ import torch
 
 import convops
 
-from . import quiet, report
+from . import provenance, quiet, report
 from .cases import all_cases, select
 from .columns import COLUMNS, convops_backend
 from .floors import measure_ceilings
@@ -146,11 +146,8 @@ def _versions() -> dict:
                                         capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
     except Exception:
         meta["driver"] = None
-    try:
-        meta["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                     timeout=10, cwd=os.path.dirname(__file__)).stdout.strip() or None
-    except Exception:
-        meta["git"] = None
+    meta["git"] = provenance.git_revision()
+    meta["sources"] = provenance.source_digest()
     return meta
 
 

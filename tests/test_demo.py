@@ -4,6 +4,7 @@ import gc
 import json
 import math
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ from convops import demo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ lives beside the package, not inside it
 from bench import cases as bench_cases  # noqa: E402
-from bench import floors, quiet, report, runner, timing  # noqa: E402
+from bench import floors, provenance, quiet, report, runner, timing  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------------------- demo ----
@@ -87,6 +88,42 @@ def test_bench_cases_are_well_formed():
         assert out.numel() > 0, case.name
         assert floors.flops(model, case.input_shape) > 0
         assert floors.min_bytes(model, case.input_shape, out.shape, 4) > 0
+
+
+def test_bench_source_digest_names_the_sources(tmp_path):
+    """The digest a run records (bench/provenance.py) follows the package's source files and nothing else."""
+    (tmp_path / "convops" / "csrc" / "cuda").mkdir(parents=True)
+    (tmp_path / "convops" / "__pycache__").mkdir()
+    (tmp_path / "setup.py").write_text("setup()\n")
+    (tmp_path / "convops" / "ops.py").write_text("x = 1\n")
+    kernel = tmp_path / "convops" / "csrc" / "cuda" / "k.cuh"
+    kernel.write_text("// a kernel\n")
+    assert provenance.source_files(str(tmp_path)) == ["convops/csrc/cuda/k.cuh", "convops/ops.py", "setup.py"]
+    digest = provenance.source_digest(str(tmp_path))
+    assert re.fullmatch(r"[0-9a-f]{12}", digest)
+    (tmp_path / "convops" / "__pycache__" / "ops.cpython-311.pyc").write_bytes(b"\0")
+    (tmp_path / "convops" / "_C.so").write_bytes(b"\0")
+    (tmp_path / "notes.md").write_text("not a source\n")
+    assert provenance.source_digest(str(tmp_path)) == digest
+    kernel.write_text("// a kernel, changed\n")
+    assert provenance.source_digest(str(tmp_path)) != digest
+
+
+def test_bench_git_revision_marks_changed_tracked_files(tmp_path):
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    assert provenance.git_revision(str(tmp_path)) is None  # not a checkout
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    (tmp_path / "setup.py").write_text("setup()\n")
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "setup.py"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "c"], check=True)
+    clean = provenance.git_revision(str(tmp_path))
+    assert re.fullmatch(r"[0-9a-f]{7,40}", clean)
+    (tmp_path / "untracked.py").write_text("")
+    assert provenance.git_revision(str(tmp_path)) == clean
+    (tmp_path / "setup.py").write_text("setup(name='x')\n")
+    assert provenance.git_revision(str(tmp_path)) == clean + "-dirty"
 
 
 def test_bench_case_selection():
