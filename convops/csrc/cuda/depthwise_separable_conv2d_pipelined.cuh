@@ -724,7 +724,8 @@ bool encode_input_map(Params<scalar_t>& p) {
                                                  static_cast<uint64_t>(p.in_channels);
   const uint64_t row = w * sizeof(scalar_t);
   if (planes + kChunk >= static_cast<uint64_t>(std::numeric_limits<int>::max())) return false;  // int box coordinates
-  return bulk::encode_tensor_map_3d(&p.input_map, bulk::tensor_map_type<scalar_t>(), p.input, {w, h, planes}, {row, row * h},
+  return bulk::encode_tensor_map_3d(&p.input_map, bulk::tensor_map_type<scalar_t>(), p.input, {w, h, planes},
+                                    {row, row * h},
                                     {static_cast<uint32_t>(L::kStagedPitch), static_cast<uint32_t>(L::kStagedRows),
                                      static_cast<uint32_t>(kChunk)});
 }
