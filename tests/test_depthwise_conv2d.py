@@ -134,6 +134,40 @@ def test_cuda_row_streaming_kernels(monkeypatch, case, dtype, kernel):
         assert torch.equal(out, convops.depthwise_conv2d(*args))
 
 
+# Register-blocked kernel problems: (batch, C_in, multiplier, H, W, kernel, padding). Whole planes several a block
+# (7x7 and 14x14 planes, many of them), bands of rows of one plane (tall planes), widths not a multiple of 4 (scalar
+# stores), odd paddings (16-bit copies then start a column early), paddings past half the filter, multipliers, and
+# an odd width, which 16-bit leaves to the plane-block kernel.
+BLOCKED_CASES = [
+    (64, 3, 1, 7, 7, 3, 1), (4, 5, 2, 14, 14, 3, 0), (2, 3, 1, 57, 30, 5, 2), (3, 2, 1, 28, 22, 7, 3),
+    (1, 2, 3, 300, 40, 3, 1), (1, 1, 1, 260, 112, 7, 3), (2, 4, 1, 9, 18, 5, 4), (2, 3, 1, 16, 10, 7, 6),
+    (40, 8, 1, 14, 14, 7, 3),
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", BLOCKED_CASES, ids=lambda c: "n{}c{}m{}_{}x{}_k{}p{}".format(*c))
+def test_cuda_register_blocked_kernel(monkeypatch, case, dtype):
+    """The register-blocked kernel forced: against float64, every output written, and in fp32 bitwise equal to the
+    plane-block kernel (both add the taps in ATen's (ky, kx) order)."""
+    n, c, m, h, w, k, pad = case
+    x = make_tensor((n, c, h, w), dtype, "cuda")
+    weight = make_tensor((c * m, 1, k, k), dtype, "cuda")
+    bias = make_tensor((c * m,), dtype, "cuda") if (h + k) % 2 else None
+    args = (x, weight, bias, [1, 1], [pad, pad], [1, 1])
+    monkeypatch.setenv("CONVOPS_DEPTHWISE_KERNEL", "blocked")
+    poison_allocator("cuda", output_nbytes(x, weight, *args[3:]))
+    out = convops.depthwise_conv2d(*args)
+    assert_close(out, reference(torch_depthwise, *args))
+    takes = dtype == torch.float32 or w % 2 == 0
+    ran = cuda_kernels_run(lambda: convops.depthwise_conv2d(*args))
+    assert any("depthwise_blocked_kernel" in name for name in ran) == takes
+    if dtype == torch.float32:
+        monkeypatch.setenv("CONVOPS_DEPTHWISE_KERNEL", "planes")
+        assert torch.equal(out, convops.depthwise_conv2d(*args))
+
+
 @pytest.mark.cuda
 def test_cuda_huge_dilation_uses_fallback():
     """An input rectangle too large for shared memory takes the direct kernel."""

@@ -1,11 +1,11 @@
-"""Device-side checks of the plane-block depthwise kernel (convops/csrc/cuda/depthwise_conv2d_planes.cuh) against
-the other NCHW kernels, run on the GPU machine after convops is built (e.g. by tools/gpu_check.sh).
+"""Device-side checks of the narrow-row depthwise kernels (convops/csrc/cuda/depthwise_conv2d_planes.cuh and
+depthwise_conv2d_blocked.cuh) against the other NCHW kernels, run on the GPU machine after convops is built (e.g. by tools/gpu_check.sh).
 
     python tools/dev_depthwise_planes.py check     # every kernel vs eager on odd small shapes (fp32 bitwise)
     python tools/dev_depthwise_planes.py bench     # the bench sweep's depthwise layers + seed: each kernel vs eager
     python tools/dev_depthwise_planes.py sanitize  # small cases of every instantiation, for compute-sanitizer
 
-CONVOPS_DEPTHWISE_KERNEL=rows|planes|tiled restricts the dispatch (a kernel that does not take a problem falls
+CONVOPS_DEPTHWISE_KERNEL=rows|blocked|planes|tiled restricts the dispatch (a kernel that does not take a problem falls
 through to the general ones), so every kernel can be timed on every shape from one build.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from bench.cases import CONVNEXT_T, EFFICIENTNET_B0, MOBILENET_V2  # noqa: E402
 from bench.timing import bench_ms, rotating, rotation_count  # noqa: E402
 
 convops.set_path_policy("convops")
-KERNELS = ("any", "rows", "planes", "tiled")
+KERNELS = ("any", "rows", "blocked", "planes", "tiled")
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -136,8 +136,9 @@ def sanitize() -> None:
             x = torch.randn(shape, device="cuda", dtype=dtype)
             w = torch.randn(c * m, 1, k, k, device="cuda", dtype=dtype)
             b = torch.randn(c * m, device="cuda", dtype=dtype) if has_bias else None
-            use_kernel("planes")
-            run(x, w, b, s, pad, dil)
+            for kernel in ("blocked", "planes"):
+                use_kernel(kernel)
+                run(x, w, b, s, pad, dil)
     torch.cuda.synchronize()
     print("sanitize cases done")
 

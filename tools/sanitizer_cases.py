@@ -102,6 +102,15 @@ def cases():
                 yield (f"depthwise planes k{k} s{s_} m{m} {tag}",
                        lambda: torch.ops.convops.depthwise_conv2d(xp, w, None, s_, k // 2, 1),
                        lambda: F.conv2d(xp, w, None, s_, k // 2, 1, groups=6), tol[dtype])
+            # The register-blocked kernel: many planes a block, bands of a tall plane, an odd padding, a multiplier.
+            for shape, k, p_, m in [((96, 6, 7, 8), 3, 1, 1), ((1, 6, 300, 40), 7, 3, 1), ((4, 6, 14, 14), 5, 1, 2)]:
+                xb = rand(*shape, dtype=dtype)
+                w = rand(6 * m, 1, k, k, dtype=dtype)
+                b = rand(6 * m, dtype=dtype)
+                yield (f"depthwise blocked {tuple(shape)} k{k} p{p_} m{m} {tag}",
+                       lambda: with_depthwise_kernel("blocked", torch.ops.convops.depthwise_conv2d, xb, w, b, 1, p_,
+                                                     1),
+                       lambda: F.conv2d(xb, w, b, 1, p_, 1, groups=6), tol[dtype])
             # Non-finite weight taps, one meeting only the zeros around the input: the correction kernel's case.
             wn = rand(6, 4, 3, 5, dtype=dtype)
             wn[0, 0, 0, 0], wn[1, 2, 2, 4], wn[3, 1, 1, 2] = float("inf"), float("-inf"), float("nan")
