@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) depthwise_blocked_kern
     const int jq = p.multiplier_div.div(r0 + j);
 
     // The plane's weights and bias, straight from global memory: the loads are independent, so one round trip
-    // (a loop filling a shared-memory table first took a round trip per element and was slower).
+    // (a loop filling a shared-memory table first took a round trip per element, and was no faster).
     int wraps;
     const int co = p.out_channels_div.divmod(c0 + j, wraps);
     float w[K * K];
