@@ -1,7 +1,8 @@
 // Register-blocked depthwise kernel: the path of convops::depthwise_conv2d for contiguous NCHW tensors with stride 1,
-// dilation 1 and a square 3x3, 5x5 or 7x7 filter whose rows are too narrow for the row-streaming kernels (the
-// MobileNetV2, EfficientNet-B0 and ConvNeXt-T layers of 7x7 to 112x112 planes, and the separable op's mixed path
-// on them).
+// dilation 1 and a square 3x3, 5x5 or 7x7 filter whose rows are too narrow for the row-streaming kernels and whose
+// outputs are at least 28 wide (blocked_pays): the MobileNetV2, EfficientNet-B0 and ConvNeXt-T layers of 28x28 to
+// 112x112 planes, and the separable op's mixed path on them. Forced (CONVOPS_DEPTHWISE_KERNEL=blocked), it takes
+// any plane size.
 //
 // Why (issue #5 sweep): the plane-block kernel (depthwise_conv2d_planes.cuh) gives a thread a column of outputs, so
 // every output costs KW shared-memory loads per input row, every tap is predicated on the image's columns and the
