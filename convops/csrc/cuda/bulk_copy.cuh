@@ -38,6 +38,17 @@ __device__ __forceinline__ void fence_for_async_proxy() {
 #endif
 }
 
+// Orders this thread's ordinary reads of a ring slot before the copy engine's next write to it: the refill is an
+// async-proxy write, which the mbarrier arrive's release does not order against generic-proxy loads (without it, an
+// LDS issued before the arrive could still be pending when the refill lands; the depthwise bulk kernel then read a
+// vector half of the next row, about one call in 150 on the fp32 seed, H200). Every reading thread calls it before
+// its arrive, or before the barrier after which one thread arrives for the others.
+__device__ __forceinline__ void fence_reads_before_async_writes() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ void arrive(uint64_t* barrier) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(shared_address(barrier)) : "memory");

@@ -594,6 +594,7 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
     // The team's products of the previous row have completed (its half of D is free) and its threads have read this
     // row's window: the oldest row, or at a band's end all of its rows, go back to the producer once both teams
     // release them.
+    if (active) bulk::fence_reads_before_async_writes();
     team_barrier(team);
     if (active) {
       if (threadIdx.x % kTeamThreads == 0) {
