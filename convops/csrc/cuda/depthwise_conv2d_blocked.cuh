@@ -1,7 +1,8 @@
 // Register-blocked depthwise kernel: the path of convops::depthwise_conv2d for contiguous NCHW tensors with stride 1,
-// dilation 1 and a square 3x3, 5x5 or 7x7 filter whose rows are too narrow for the row-streaming kernels (the
-// MobileNetV2, EfficientNet-B0 and ConvNeXt-T layers of 7x7 to 112x112 planes, and the separable op's mixed path
-// on them).
+// dilation 1 and a square 3x3, 5x5 or 7x7 filter whose rows are too narrow for the row-streaming kernels and whose
+// outputs are at least 28 wide (blocked_pays): the MobileNetV2, EfficientNet-B0 and ConvNeXt-T layers of 28x28 to
+// 112x112 planes, and the separable op's mixed path on them. Forced (CONVOPS_DEPTHWISE_KERNEL=blocked), it takes
+// any plane size.
 //
 // Why (issue #5 sweep): the plane-block kernel (depthwise_conv2d_planes.cuh) gives a thread a column of outputs, so
 // every output costs KW shared-memory loads per input row, every tap is predicated on the image's columns and the
@@ -165,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) depthwise_blocked_kern
     const int jq = p.multiplier_div.div(r0 + j);
 
     // The plane's weights and bias, straight from global memory: the loads are independent, so one round trip
-    // (a loop filling a shared-memory table first took a round trip per element and was slower).
+    // (a loop filling a shared-memory table first took a round trip per element, and was no faster).
     int wraps;
     const int co = p.out_channels_div.divmod(c0 + j, wraps);
     float w[K * K];

@@ -1,6 +1,7 @@
 // Plane-block depthwise kernel: the path of convops::depthwise_conv2d for contiguous NCHW tensors whose rows are too
 // narrow for the row-streaming kernel (depthwise_conv2d_rows.cuh gives each warp a strip of 32 vectors, so a 14- or
-// 56-wide row leaves most lanes idle), and for stride-2 layers of any width.
+// 56-wide row leaves most lanes idle) where the register-blocked kernel (depthwise_conv2d_blocked.cuh) does not pay
+// or does not apply: outputs under 28 wide, stride 2 at any width, other filters, odd 16-bit widths.
 //
 // Why this shape of kernel (issue #5 sweep: MobileNetV2 / EfficientNet / ConvNeXt layers of 7x7 to 56x56 planes,
 // where the tiled kernel reached 1-15% of the copy floor): in a contiguous NCHW tensor, whole planes of consecutive

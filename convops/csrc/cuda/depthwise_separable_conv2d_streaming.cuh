@@ -377,7 +377,6 @@ struct OutputRow {
 //     against 0.756 for the vectors below, H200);
 //   - fp32 (store_row_vectors): as 16-byte vectors of the warp's own stores. fp32's scratch holds one box (shared
 //     memory is full), and boxes stored one after another through it took TF32 from 1.035 to 1.052 ms.
-// (The sums go to new registers: ordinary instructions that define wgmma's accumulators make ptxas serialize it.)
 struct Fragment {
   int warp, lane, g, t, warp_cout;
   __device__ __forceinline__ explicit Fragment(const Quarter& quarter)
@@ -656,7 +655,7 @@ inline int env_int(const char* name, int fallback) {
 template <typename scalar_t, int KH, int KW, Math kMath>
 bool launch(Params<scalar_t>& p, const scalar_t* input, int64_t batch, int in_w, cudaStream_t stream, bool dry_run) {
   using RL = RowLayout<scalar_t, KW>;
-  // As many slots as fit next to D and the weights, up to 8 (3x3: 4 in fp32, 7 in 16-bit).
+  // As many slots as fit next to D and the weights, up to 8 (3x3: 4 in fp32, 8 in 16-bit).
   static const int max_slots = env_int("CONVOPS_STREAM_SLOTS", 8);
   const size_t max_smem = max_shared_memory_per_block();
   int slots = KH + 1;
