@@ -34,8 +34,18 @@ __device__ __forceinline__ void barrier_init(uint64_t* barrier, uint32_t arrival
 // works in the async proxy. Every thread that wrote calls it before the block-wide barrier that publishes the data.
 __device__ __forceinline__ void fence_for_async_proxy() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  publish_shared_stores_to_async_proxy();
 #endif
+}
+
+// Orders this thread's ordinary reads of a ring slot before the copy engine's next write to it: the refill is an
+// async-proxy write, which the mbarrier arrive's release does not order against generic-proxy loads (without it, an
+// LDS issued before the arrive could still be pending when the refill lands; the depthwise bulk kernel then read a
+// vector half of the next row, about one call in 150 on the fp32 seed, H200). Every reading thread calls it before
+// its arrive, or before the barrier after which one thread arrives for the others.
+__device__ __forceinline__ void fence_reads_before_async_writes() {
+  publish_shared_stores_to_async_proxy();  // the same fence: it orders all of the thread's generic accesses
 }
 
 __device__ __forceinline__ void arrive(uint64_t* barrier) {

@@ -33,6 +33,7 @@
 #include <type_traits>
 
 #include "cuda/depthwise_conv2d_launch.cuh"
+#include "cuda/depthwise_conv2d_rows.cuh"
 #include "cuda/device_info.h"
 #include "cuda/device_utils.cuh"
 #include "depthwise_conv2d.h"
@@ -71,42 +72,19 @@ struct BlockedParams {
   int multiplier, out_channels;
   int64_t total_planes;  // batch * out_channels
   int copy_lane_shift;   // log2 of the lanes that copy one staged row
-  bool vector_stores;    // out_w % 4 == 0 and the output aligned: kCols outputs of a row in one store
   FastDivmod col_groups, row_groups, staged_rows_div, multiplier_div, out_channels_div;
 };
 
-// Four consecutive staged elements as floats.
-__device__ __forceinline__ void load4(const float* p, float* x) {
-  const float4 v = *reinterpret_cast<const float4*>(p);
-  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-}
+// Four consecutive staged elements (one 16-byte vector in fp32, 8 bytes in 16-bit), widened to fp32.
 template <typename scalar_t>
 __device__ __forceinline__ void load4(const scalar_t* p, float* x) {
-  const uint2 v = *reinterpret_cast<const uint2*>(p);
-  const scalar_t* e = reinterpret_cast<const scalar_t*>(&v);
+  using E = rows::Element<scalar_t>;
+  constexpr int kWords = 4 / E::kPerWord;
+  using Vector = std::conditional_t<kWords == 4, uint4, uint2>;
+  const Vector v = *reinterpret_cast<const Vector*>(p);
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(&v);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) x[i] = static_cast<float>(e[i]);
-}
-
-// kCols consecutive outputs of one row; `count` of them are inside the image.
-template <typename scalar_t>
-__device__ __forceinline__ void store_outputs(scalar_t* out, const float (&acc)[kCols], int count, bool vector) {
-  if (vector && count == kCols) {
-    if constexpr (std::is_same_v<scalar_t, float>) {
-      *reinterpret_cast<float4*>(out) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    } else {
-      uint2 v;
-      scalar_t* e = reinterpret_cast<scalar_t*>(&v);
-#pragma unroll
-      for (int i = 0; i < kCols; ++i) e[i] = static_cast<scalar_t>(acc[i]);
-      *reinterpret_cast<uint2*>(out) = v;
-    }
-    return;
-  }
-#pragma unroll
-  for (int i = 0; i < kCols; ++i) {
-    if (i < count) out[i] = static_cast<scalar_t>(acc[i]);
-  }
+  for (int i = 0; i < 4; ++i) x[i] = E::to_float(words[i / E::kPerWord], i % E::kPerWord);
 }
 
 template <typename scalar_t, int K, int kShift>
@@ -169,9 +147,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) depthwise_blocked_kern
     // (a loop filling a shared-memory table first took a round trip per element, and was no faster).
     int wraps;
     const int co = p.out_channels_div.divmod(c0 + j, wraps);
-    float w[K * K];
-#pragma unroll
-    for (int t = 0; t < K * K; ++t) w[t] = static_cast<float>(p.weight[int64_t{co} * (K * K) + t]);
+    float w[K][K];
+    rows::load_filter<scalar_t, K, K>(p.weight, co, w);
     const float bias = p.bias != nullptr ? static_cast<float>(p.bias[co]) : 0.0f;
     float acc[kRows][kCols];
 #pragma unroll
@@ -194,17 +171,19 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) depthwise_blocked_kern
 #pragma unroll
         for (int kx = 0; kx < K; ++kx) {
 #pragma unroll
-          for (int c = 0; c < kCols; ++c) acc[i][c] = fmaf(w[ky * K + kx], x[kShift + c + kx], acc[i][c]);
+          for (int c = 0; c < kCols; ++c) acc[i][c] = fmaf(w[ky][kx], x[kShift + c + kx], acc[i][c]);
         }
       }
     }
 
-    const int oy = oy0 + rg * kRows, ox = cg * kCols;
-    const int cols = min(kCols, p.out_w - ox);
-    scalar_t* out = p.output + (p0 + j) * out_plane + int64_t{oy} * p.out_w + ox;
+    // Plain stores: the streaming hint's effect here is not measured (it cost the separable kernel's fp32 rows).
+    scalar_t* out = p.output + (p0 + j) * out_plane + int64_t{oy0 + rg * kRows} * p.out_w;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
-      if (rg * kRows + i < rows) store_outputs(out + int64_t{i} * p.out_w, acc[i], cols, p.vector_stores);
+      if (rg * kRows + i < rows) {
+        rows::store_outputs<scalar_t, kCols, /*kStreaming=*/false>(out + int64_t{i} * p.out_w, cg * kCols, p.out_w,
+                                                                   acc[i]);
+      }
     }
   }
 }
@@ -212,16 +191,26 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) depthwise_blocked_kern
 // Bytes of shared memory of a block of `planes` output planes and `row_groups` groups of kRows output rows.
 inline int64_t blocked_smem_bytes(const DepthwiseGeometry& d, int64_t planes, int64_t row_groups, int64_t pitch,
                                   int64_t element_size) {
-  const int64_t input_planes = std::min(planes, (planes - 1) / d.multiplier + 2);
+  const int64_t input_planes = input_planes_read(d, planes);
   const int64_t staged_rows = row_groups * kRows + d.kernel_h - 1;
   return input_planes * staged_rows * pitch * element_size;
 }
+
+// A launch of the kernel: its parameters (pointers filled in by the caller), the tap windows' column shift (a
+// template parameter), the grid and the shared memory.
+template <typename scalar_t>
+struct BlockedPlan {
+  BlockedParams<scalar_t> params;
+  int shift;
+  unsigned blocks;
+  size_t smem_bytes;
+};
 
 // The block shape for problem d, or nullopt where the kernel does not take it. Whole planes, several a block, where
 // one fits; else bands of rows of one plane. Blocks aim at kTargetItems output blocks within kSmemBudget, with
 // enough blocks to fill the device.
 template <typename scalar_t>
-std::optional<BlockedParams<scalar_t>> plan_blocked(const DepthwiseGeometry& d, int sm_count) {
+std::optional<BlockedPlan<scalar_t>> plan_blocked(const DepthwiseGeometry& d, int sm_count) {
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   constexpr bool kSixteenBit = sizeof(scalar_t) == 2;
   const int64_t k = d.kernel_h;
@@ -261,7 +250,11 @@ std::optional<BlockedParams<scalar_t>> plan_blocked(const DepthwiseGeometry& d, 
   const int64_t blocks = ceil_div(total_planes, planes) * bands;
   if (blocks >= (int64_t{1} << 31) || planes * row_groups * col_groups >= kIntMax) return std::nullopt;
 
-  BlockedParams<scalar_t> p{};
+  BlockedPlan<scalar_t> plan{};
+  plan.shift = static_cast<int>(shift);
+  plan.blocks = static_cast<unsigned>(blocks);
+  plan.smem_bytes = static_cast<size_t>(blocked_smem_bytes(d, planes, row_groups, pitch, sizeof(scalar_t)));
+  BlockedParams<scalar_t>& p = plan.params;
   p.in_h = static_cast<int>(d.in_h);
   p.in_w = static_cast<int>(d.in_w);
   p.out_h = static_cast<int>(d.out_h);
@@ -284,7 +277,7 @@ std::optional<BlockedParams<scalar_t>> plan_blocked(const DepthwiseGeometry& d, 
   p.staged_rows_div = FastDivmod(p.staged_rows);
   p.multiplier_div = FastDivmod(p.multiplier);
   p.out_channels_div = FastDivmod(p.out_channels);
-  return p;
+  return plan;
 }
 
 // Where the dispatch takes this kernel rather than the plane-block one: outputs at least 28 wide. Measured on an H200
@@ -299,19 +292,17 @@ inline bool blocked_pays(const DepthwiseGeometry& d) {
 }
 
 template <typename scalar_t, int K, int kShift>
-void launch_blocked_kernel(const BlockedParams<scalar_t>& p, size_t smem_bytes, unsigned blocks,
-                           cudaStream_t stream) {
-  depthwise_blocked_kernel<scalar_t, K, kShift><<<blocks, kThreads, smem_bytes, stream>>>(p);
+void launch_blocked_kernel(const BlockedPlan<scalar_t>& plan, cudaStream_t stream) {
+  depthwise_blocked_kernel<scalar_t, K, kShift><<<plan.blocks, kThreads, plan.smem_bytes, stream>>>(plan.params);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <typename scalar_t, int K>
-void launch_blocked_kernel(const BlockedParams<scalar_t>& p, int shift, size_t smem_bytes, unsigned blocks,
-                           cudaStream_t stream) {
+void launch_blocked_kernel(const BlockedPlan<scalar_t>& plan, cudaStream_t stream) {
   if constexpr (sizeof(scalar_t) == 2) {
-    if (shift == 1) return launch_blocked_kernel<scalar_t, K, 1>(p, smem_bytes, blocks, stream);
+    if (plan.shift == 1) return launch_blocked_kernel<scalar_t, K, 1>(plan, stream);
   }
-  launch_blocked_kernel<scalar_t, K, 0>(p, smem_bytes, blocks, stream);
+  launch_blocked_kernel<scalar_t, K, 0>(plan, stream);
 }
 
 }  // namespace blocked
@@ -332,21 +323,15 @@ bool launch_depthwise_blocked(const at::Tensor& input, const at::Tensor& weight,
     }
     auto plan = blocked::plan_blocked<scalar_t>(d, multiprocessor_count());
     if (!plan) return false;
-    blocked::BlockedParams<scalar_t>& p = *plan;
+    blocked::BlockedParams<scalar_t>& p = plan->params;
     p.input = input.const_data_ptr<scalar_t>();
     p.weight = weight.const_data_ptr<scalar_t>();
     p.bias = bias.has_value() && bias->defined() ? bias->const_data_ptr<scalar_t>() : nullptr;
     p.output = output.mutable_data_ptr<scalar_t>();
-    p.vector_stores = d.out_w % blocked::kCols == 0 &&
-                      reinterpret_cast<uintptr_t>(p.output) % (blocked::kCols * sizeof(scalar_t)) == 0;
-    const size_t smem = static_cast<size_t>(blocked::blocked_smem_bytes(
-        d, p.planes_per_block, static_cast<int>(p.row_groups.divisor), p.pitch, sizeof(scalar_t)));
-    const auto blocks = static_cast<unsigned>(ceil_div<int64_t>(p.total_planes, p.planes_per_block) * p.bands);
-    const int shift = p.lead - static_cast<int>(d.pad_w);
     switch (d.kernel_h) {
-      case 3: blocked::launch_blocked_kernel<scalar_t, 3>(p, shift, smem, blocks, stream); break;
-      case 5: blocked::launch_blocked_kernel<scalar_t, 5>(p, shift, smem, blocks, stream); break;
-      default: blocked::launch_blocked_kernel<scalar_t, 7>(p, shift, smem, blocks, stream); break;
+      case 3: blocked::launch_blocked_kernel<scalar_t, 3>(*plan, stream); break;
+      case 5: blocked::launch_blocked_kernel<scalar_t, 5>(*plan, stream); break;
+      default: blocked::launch_blocked_kernel<scalar_t, 7>(*plan, stream); break;
     }
     return true;
   }

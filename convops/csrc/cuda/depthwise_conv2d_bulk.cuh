@@ -145,7 +145,8 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks) depthwise_bulk_kernel
         uint4 v[kVecHi - kVecLo + 1];
 #pragma unroll
         for (int d = kVecLo; d <= kVecHi; ++d) v[d - kVecLo] = own_vector[s * bp.pitch + d];
-        bulk::arrive(&empty[s]);  // every lane: its own reads are what the release orders before the next copy
+        bulk::fence_reads_before_async_writes();  // this lane's reads of the slot, before the refill
+        bulk::arrive(&empty[s]);
 #pragma unroll
         for (int k = 0; k < Win::kWords; ++k) {
           const int wo = Win::kWordLo + k;

@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <optional>
 
 #include "cuda/depthwise_stencil.cuh"
@@ -14,6 +16,12 @@ namespace cuda {
 namespace depthwise {
 
 Geometry make_geometry(const DepthwiseGeometry& d);
+
+// Input planes that `planes` consecutive output planes read, at most (output plane n * C_out + co reads input plane
+// (n * C_out + co) / multiplier; a run of them can start in the middle of one input plane's multiplier outputs).
+inline int64_t input_planes_read(const DepthwiseGeometry& d, int64_t planes) {
+  return std::min(planes, (planes - 1) / d.multiplier + 2);
+}
 
 // Raises "<op>: ..." unless every plane coordinate the depthwise kernels form (with the stride, padding and dilation
 // of d, tiles up to 128 outputs wide rounded past the last output) fits in int. Tensor offsets are 64-bit anyway.

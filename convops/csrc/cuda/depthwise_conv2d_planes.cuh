@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(kThreads) depthwise_planes_kernel(const Planes
 
 // Staged elements (plus the alignment slack) of a block of `planes` output planes and `band_rows` output rows.
 inline int64_t staged_elements(const DepthwiseGeometry& d, int64_t planes, int64_t band_rows) {
-  const int64_t in_planes = std::min(planes, (planes - 1) / d.multiplier + 2);
+  const int64_t in_planes = input_planes_read(d, planes);
   const int64_t rows = in_planes > 1 || band_rows == d.out_h
                            ? d.in_h
                            : std::min(d.in_h, (band_rows - 1) * d.stride_h + (d.kernel_h - 1) * d.dilation_h + 1);

@@ -129,10 +129,20 @@ struct RowsParams {
   int64_t units;  // planes * bands * strips; one warp each
 };
 
-// Writes VEC outputs (ox0 .. ox0 + VEC - 1 of row `row`, those inside [0, out_w)) with streaming stores as wide as
-// the address allows. The address's alignment is the same for every lane of the warp, so the branches are uniform
-// except at the image's left and right edges.
-template <typename scalar_t, int VEC>
+// A store of one value: streaming (st.global.cs, the row kernels' outputs are not read again soon) or plain.
+template <bool kStreaming, typename T>
+__device__ __forceinline__ void store_value(T* dst, const T& value) {
+  if constexpr (kStreaming) {
+    __stcs(dst, value);
+  } else {
+    *dst = value;
+  }
+}
+
+// Writes VEC outputs (ox0 .. ox0 + VEC - 1 of row `row`, those inside [0, out_w)) with stores as wide as the address
+// allows, streaming ones unless kStreaming is false (the register-blocked kernel's). The address's alignment is the
+// same for every lane of the warp, so the branches are uniform except at the image's left and right edges.
+template <typename scalar_t, int VEC, bool kStreaming = true>
 __device__ __forceinline__ void store_outputs(scalar_t* __restrict__ row, int ox0, int out_w, const float (&v)[VEC]) {
   using E = Element<scalar_t>;
   constexpr int kPerWord = E::kPerWord;
@@ -153,7 +163,8 @@ __device__ __forceinline__ void store_outputs(scalar_t* __restrict__ row, int ox
       if (addr % 16 == 0) {
 #pragma unroll
         for (int i = 0; i < NW; i += 4) {
-          __stcs(reinterpret_cast<uint4*>(dst) + i / 4, make_uint4(w[i], w[i + 1], w[i + 2], w[i + 3]));
+          store_value<kStreaming>(reinterpret_cast<uint4*>(dst) + i / 4,
+                                  make_uint4(w[i], w[i + 1], w[i + 2], w[i + 3]));
         }
         return;
       }
@@ -161,12 +172,14 @@ __device__ __forceinline__ void store_outputs(scalar_t* __restrict__ row, int ox
     if constexpr (NW % 2 == 0) {
       if (addr % 8 == 0) {
 #pragma unroll
-        for (int i = 0; i < NW; i += 2) __stcs(reinterpret_cast<uint2*>(dst) + i / 2, make_uint2(w[i], w[i + 1]));
+        for (int i = 0; i < NW; i += 2) {
+          store_value<kStreaming>(reinterpret_cast<uint2*>(dst) + i / 2, make_uint2(w[i], w[i + 1]));
+        }
         return;
       }
     }
 #pragma unroll
-    for (int i = 0; i < NW; ++i) __stcs(reinterpret_cast<unsigned int*>(dst) + i, w[i]);
+    for (int i = 0; i < NW; ++i) store_value<kStreaming>(reinterpret_cast<unsigned int*>(dst) + i, w[i]);
     return;
   }
 #pragma unroll
@@ -174,9 +187,10 @@ __device__ __forceinline__ void store_outputs(scalar_t* __restrict__ row, int ox
     const int ox = ox0 + i;
     if (ox < 0 || ox >= out_w) continue;
     if constexpr (kPerWord == 1) {
-      __stcs(reinterpret_cast<unsigned int*>(dst) + i, E::bits(v[i]));
+      store_value<kStreaming>(reinterpret_cast<unsigned int*>(dst) + i, E::bits(v[i]));
     } else {
-      __stcs(reinterpret_cast<unsigned short*>(dst) + i, static_cast<unsigned short>(E::bits(v[i])));
+      store_value<kStreaming>(reinterpret_cast<unsigned short*>(dst) + i,
+                              static_cast<unsigned short>(E::bits(v[i])));
     }
   }
 }

@@ -693,6 +693,9 @@ __global__ void __launch_bounds__(kThreads, 2) separable_pipelined_kernel(const 
       depthwise_run<scalar_t, KH, KW, kMath, kWgmma>(d_buffer(j), stages + computing.stage * L::kStageElems, dw_w,
                                                      dw_b, computing.chunk, p.mid_channels);
       if constexpr (kWgmma) wgmma::publish_stores();  // job j's D is read by wgmma after the next barrier
+      // This thread's reads of the stage, before the box copy that refills it after the next barrier (with wgmma the
+      // fence above covers them).
+      if constexpr (kBoxCopies && !kWgmma) bulk::fence_reads_before_async_writes();
       computing.advance(p.chunks);
     }
     if constexpr (kWgmma) {

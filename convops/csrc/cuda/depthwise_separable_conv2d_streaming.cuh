@@ -160,7 +160,8 @@ struct Smem {
     scratch = align_to(w + OperandLayout<op_t>::kBytesW, kBoxBytes);  // the boxes' swizzle repeats every 1 KB
     filters = scratch + kConsumerThreads / 32 * kScratchBytes<scalar_t>;
     pw_b = filters + kMaxChannels * sizeof(FilterRecord<KH, KW>);
-    full = pw_b + align(kCoutTile * sizeof(float));
+    // The pointwise bias table, fp32 only: 16-bit adds the bias in the product (OperandLayout::kBiasChannel).
+    full = pw_b + (OperandLayout<op_t>::kBiasChannel ? 0 : align(kCoutTile * sizeof(float)));
     empty = full + align(slots * sizeof(uint64_t));
     total = empty + align(slots * sizeof(uint64_t));
   }
@@ -541,8 +542,10 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
     }
     filters[k].taps[e] = v;
   }
-  for (int i = threadIdx.x; i < kCoutTile; i += kThreads) {
-    pw_b[i] = p.pw_bias != nullptr && i < p.out_channels ? static_cast<float>(p.pw_bias[i]) : 0.0f;
+  if constexpr (!OL::kBiasChannel) {
+    for (int i = threadIdx.x; i < kCoutTile; i += kThreads) {
+      pw_b[i] = p.pw_bias != nullptr && i < p.out_channels ? static_cast<float>(p.pw_bias[i]) : 0.0f;
+    }
   }
   __syncthreads();
 
@@ -569,6 +572,9 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
   bool stored = true;  // the previous row is stored (none yet)
   for (;;) {
     const bool active = at < share.end;
+    // Input rows that leave the window after this row, released to the producer: the oldest, or at a band's end all
+    // KH (the next band's window starts after this one's last input row).
+    const int leaving = i + 1 == band.rows ? KH : 1;
     float out[kPasses][kRunLength];
     if (active) {
       // Within a band the window's rows but the newest were waited for by the rows before.
@@ -593,11 +599,11 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
     // The team's products of the previous row have completed (its half of D is free) and its threads have read this
     // row's window: the oldest row, or at a band's end all of its rows, go back to the producer once both teams
     // release them.
+    if (active) bulk::fence_reads_before_async_writes();
     team_barrier(team);
     if (active) {
       if (threadIdx.x % kTeamThreads == 0) {
-        const int released = i + 1 == band.rows ? KH : 1;
-        for (int r = 0; r < released; ++r) bulk::arrive(&empty[window.plus(r, p.slots).slot]);
+        for (int r = 0; r < leaving; ++r) bulk::arrive(&empty[window.plus(r, p.slots).slot]);
       }
       store_operands<scalar_t, kMath, op_t>(d, out);
       wgmma::publish_stores();
@@ -608,9 +614,8 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
     if (!active) break;
     previous = OutputRow{band.n, band.y0 + i, band.x0};
     stored = false;
-    if (i + 1 < band.rows) window = window.plus(1, p.slots);
-    if (++i == band.rows) {  // the next band's window starts after this one's last input row
-      window = window.plus(KH, p.slots);
+    window = window.plus(leaving, p.slots);
+    if (++i == band.rows) {
       i = 0;
       at += band.rows;
       if (at < share.end) band = band_at(p, at, share.end);
