@@ -422,13 +422,12 @@ void depthwise_conv2d_into(const at::Tensor& input, const at::Tensor& weight, co
     // fed from registers (depthwise_conv2d_rows.cuh); for narrower rows the register-blocked kernel
     // (depthwise_conv2d_blocked.cuh: stride 1, 3x3 / 5x5 / 7x7) or the plane-block kernel
     // (depthwise_conv2d_planes.cuh) for the rest; then the general ones.
-    // The bulk-copy variant of the row kernel (depthwise_conv2d_bulk.cuh, sm_90; 6% faster in fp32, 10% in bf16 on
-    // the seed) runs only when asked for: it is not deterministic. H200, 2026-11-26 22:4x UTC, the seed in fp32
-    // (16x64x512x512, 3x3, no padding), 160 calls on the same inputs: one call differed from the others in 24
-    // outputs of one row (the first of a 16-row band, max error 7.3), twice in two sessions; the rows kernel gave
-    // 160 equal results in fp32 and in bf16. Until the race is found it stays off the default path.
+    // On sm_90 the bulk-copy variant of the row kernel (depthwise_conv2d_bulk.cuh) takes the row kernel's shapes:
+    // 6% faster in fp32, 10% in bf16 on the seed (H200). Its ring fences each consumer's shared-memory reads
+    // against the async-proxy refill before releasing a slot; without that fence one call in ~150 on the seed
+    // wrote 24 wrong outputs (tools/probe/determinism.py --kernel bulk finds it).
     const bool wide_rows = d.in_w >= rows_strip_columns<scalar_t>(d);
-    if (choice == KernelChoice::kBulk &&
+    if ((choice == KernelChoice::kBulk || (choice == KernelChoice::kAny && wide_rows)) &&
         launch_depthwise_bulk<scalar_t>(input, weight_c, bias_c, output, d, stream)) {
       return;
     }

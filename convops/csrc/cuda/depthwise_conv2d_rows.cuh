@@ -140,9 +140,9 @@ __device__ __forceinline__ void store_value(T* dst, const T& value) {
 }
 
 // Writes VEC outputs (ox0 .. ox0 + VEC - 1 of row `row`, those inside [0, out_w)) with stores as wide as the address
-// allows, streaming ones unless kStreaming is false (the register-blocked kernel's). The address's alignment is the
+// allows, streaming ones (st.global.cs) or plain ones as kStreaming says. The address's alignment is the
 // same for every lane of the warp, so the branches are uniform except at the image's left and right edges.
-template <typename scalar_t, int VEC, bool kStreaming = true>
+template <typename scalar_t, int VEC, bool kStreaming>
 __device__ __forceinline__ void store_outputs(scalar_t* __restrict__ row, int ox0, int out_w, const float (&v)[VEC]) {
   using E = Element<scalar_t>;
   constexpr int kPerWord = E::kPerWord;
@@ -296,9 +296,14 @@ __device__ __forceinline__ void convolve_band(const Band& band, const float (&w)
       }
       // Input row t was the last one output row r = t - (KH - 1) reads.
       const int r = t - (KH - 1);
+      // fp32 rows leave as plain stores, 16-bit ones as streaming stores: what each measured faster on the seed
+      // (bulk-copy kernel, H200, two rounds a call: fp32 0.5421 / 0.5418 ms plain against 0.5508 / 0.5500
+      // streaming; bf16 0.2909 / 0.2912 streaming against 0.2927 / 0.2921 plain; 2026-11-26 23:45 UTC, the two
+      // builds alternated: fp32 0.5446 / 0.5448 against 0.5543 / 0.5548).
       if (static_cast<unsigned>(r) < static_cast<unsigned>(band.rows)) {
-        store_outputs<scalar_t, VEC>(out_plane + static_cast<int64_t>(band.oy0 + r) * out_w, ox0, out_w,
-                                     acc[(j + 1) % KH]);
+        constexpr bool kStreaming = sizeof(scalar_t) != 4;
+        store_outputs<scalar_t, VEC, kStreaming>(out_plane + static_cast<int64_t>(band.oy0 + r) * out_w, ox0, out_w,
+                                                 acc[(j + 1) % KH]);
       }
     }
   }
