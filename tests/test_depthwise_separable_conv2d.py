@@ -196,6 +196,24 @@ def test_cuda_fp32_precision_flags_disagreeing_with_the_old_ones():
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [*DTYPES, torch.float64])
+@pytest.mark.parametrize("in_hw", [(13, 17), (11, 9), (7, 13), (15, 15)], ids=["odd", "pairs", "quads", "octets"])
+def test_cuda_mixed_path_adds_the_pointwise_bias_as_aten_does(dtype, in_hw):
+    """The mixed path (stride 2: no fused kernel) adds the pointwise bias after its NCHW GEMM with convops' own
+    per-channel add (cuda/channel_bias.cuh), whose vectors are as wide as the output plane's length allows (63, 30,
+    28 and 64 outputs here: 1, 2, 4 and 8 elements). Its result must be bitwise ATen's add of the bias to the
+    unbiased output of the same path."""
+    x = make_tensor((3, 5, *in_hw), dtype, "cuda")
+    dw, pw = make_tensor((5, 1, 3, 3), dtype, "cuda"), make_tensor((7, 5, 1, 1), dtype, "cuda")
+    bias = make_tensor((7,), dtype, "cuda")
+    with convops.forced_path("convops"):
+        unbiased = convops.depthwise_separable_conv2d(x, dw, None, pw, None, 2, 1)
+        biased = convops.depthwise_separable_conv2d(x, dw, None, pw, bias, 2, 1)
+    assert biased.is_contiguous()
+    torch.testing.assert_close(biased, unbiased + bias.view(1, -1, 1, 1), atol=0, rtol=0)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_one_channel_channels_last_output_stays_channels_last(dtype):
     """With one input channel a channels-last tensor is NCHW-contiguous too: the mixed path must pick its GEMM by the

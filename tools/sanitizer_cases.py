@@ -63,10 +63,10 @@ def cases():
             b = rand(6 * m, dtype=dtype)
             yield (f"depthwise k{k} s{s} p{p} d{d} m{m} {tag}", lambda: torch.ops.convops.depthwise_conv2d(x, w, b, s, p, d),
                    lambda: F.conv2d(x, w, b, s, p, d, groups=6), tol[dtype])
-            pw = rand(11, 6 * m, 1, 1, dtype=dtype)
+            pw, pb = rand(11, 6 * m, 1, 1, dtype=dtype), rand(11, dtype=dtype)  # pb: the mixed path's bias add
             yield (f"separable k{k} s{s} p{p} d{d} m{m} {tag}",
-                   lambda: torch.ops.convops.depthwise_separable_conv2d(x, w, b, pw, None, s, p, d),
-                   lambda: F.conv2d(F.conv2d(x, w, b, s, p, d, groups=6), pw), tol[dtype])
+                   lambda: torch.ops.convops.depthwise_separable_conv2d(x, w, b, pw, pb, s, p, d),
+                   lambda: F.conv2d(F.conv2d(x, w, b, s, p, d, groups=6), pw, pb), tol[dtype])
         if layout == "contiguous":  # the row-streaming kernels: contiguous NCHW, stride 1, W a multiple of 8
             xr = rand(2, 6, 21, 40, dtype=dtype)
             xw = rand(1, 3, 13, 520, dtype=dtype)  # wide enough for the bulk-copy and rows kernels in every dtype

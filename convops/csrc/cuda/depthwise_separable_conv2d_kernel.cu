@@ -16,6 +16,7 @@
 
 #include "common/checks.h"
 #include "common/precision.h"
+#include "cuda/channel_bias.cuh"
 #include "cuda/depthwise_conv2d_launch.cuh"
 #include "cuda/depthwise_separable_conv2d_pipelined.cuh"
 #include "cuda/depthwise_separable_conv2d_streaming.cuh"
@@ -69,7 +70,8 @@ at::Tensor aten_pointwise(const at::Tensor& mid, const at::Tensor& input, const 
 // 0.380; strict fp32 1.98 against 2.45; TF32 0.840 against 0.842), with outputs equal to cuDNN's to the bit in every
 // probed shape. ATen's convolution elsewhere: where cuBLAS would compute otherwise (cublas_gemm_matches_convolution),
 // and GEMM extents past int. The bias goes in as ATen adds it after cuDNN's convolution: a separate add on the
-// rounded product (cuBLASLt's bias epilogue would round once, not twice).
+// rounded product (cuBLASLt's bias epilogue would round once, not twice), in NCHW by convops' own add
+// (channel_bias.cuh: ATen's broadcast add was the mixed path's largest cost).
 at::Tensor pointwise_as_gemm(const at::Tensor& mid, const at::Tensor& input, const at::Tensor& pointwise_weight,
                              const std::optional<at::Tensor>& pointwise_bias) {
   const int64_t n = mid.size(0), c = mid.size(1), h = mid.size(2), w = mid.size(3);
@@ -89,7 +91,7 @@ at::Tensor pointwise_as_gemm(const at::Tensor& mid, const at::Tensor& input, con
   const bool has_bias = pointwise_bias.has_value() && pointwise_bias->defined();
   if (nchw) {
     at::Tensor out = at::matmul(weight, mid.view({n, c, h * w}));  // (N, C_out, HW): NCHW
-    if (has_bias) out.add_(pointwise_bias->view({1, c_out, 1}));
+    if (has_bias && !add_channel_bias_(out, *pointwise_bias)) out.add_(pointwise_bias->view({1, c_out, 1}));
     return out.view({n, c_out, h, w});
   }
   at::Tensor out = at::mm(mid.permute({0, 2, 3, 1}).reshape({rows, c}), weight.t());  // (N HW, C_out): NHWC
