@@ -202,13 +202,16 @@ def test_cuda_mixed_path_adds_the_pointwise_bias_as_aten_does(dtype, in_hw):
     """The mixed path (stride 2: no fused kernel) adds the pointwise bias after its NCHW GEMM with convops' own
     per-channel add (cuda/channel_bias.cuh), whose vectors are as wide as the output plane's length allows (63, 30,
     28 and 64 outputs here: 1, 2, 4 and 8 elements). Its result must be bitwise ATen's add of the bias to the
-    unbiased output of the same path."""
+    unbiased output of the same path. Strict fp32, so that fp32 takes the GEMM too; fp64 has no cuBLAS GEMM that
+    matches cuDNN (cublas_gemm_matches_convolution) and keeps ATen's convolution, whose bias ATen adds."""
     x = make_tensor((3, 5, *in_hw), dtype, "cuda")
     dw, pw = make_tensor((5, 1, 3, 3), dtype, "cuda"), make_tensor((7, 5, 1, 1), dtype, "cuda")
     bias = make_tensor((7,), dtype, "cuda")
-    with convops.forced_path("convops"):
+    with allow_tf32(False), convops.forced_path("convops"):
         unbiased = convops.depthwise_separable_conv2d(x, dw, None, pw, None, 2, 1)
         biased = convops.depthwise_separable_conv2d(x, dw, None, pw, bias, 2, 1)
+        ran = cuda_kernels_run(lambda: convops.depthwise_separable_conv2d(x, dw, None, pw, bias, 2, 1))
+    assert any("add_channel_bias_kernel" in name for name in ran) == (dtype != torch.float64), ran
     assert biased.is_contiguous()
     torch.testing.assert_close(biased, unbiased + bias.view(1, -1, 1, 1), atol=0, rtol=0)
 
