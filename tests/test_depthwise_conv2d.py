@@ -168,6 +168,44 @@ def test_cuda_register_blocked_kernel(monkeypatch, case, dtype):
         assert torch.equal(out, convops.depthwise_conv2d(*args))
 
 
+# Plane-block kernel problems: (C_in, multiplier, H, W, kernel, stride, padding, dilation). Small planes several a
+# block (14x14, 7x7 with a multiplier), stride 2 on an even and an odd plane, a dilation (the general kernel), and a
+# 28-wide output (bands of rows).
+PLANES_CASES = [
+    (6, 1, 14, 14, 3, 1, 1, 1), (4, 2, 7, 7, 7, 1, 3, 1), (5, 1, 56, 56, 5, 2, 2, 1), (3, 1, 29, 31, 3, 2, 1, 1),
+    (4, 1, 20, 20, 3, 1, 2, 2),
+]
+SMALL_PROBLEM_OUTPUTS = 1 << 18  # cuda/depthwise_conv2d_launch.cuh, is_small_problem
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", PLANES_CASES, ids=lambda c: "c{}m{}_{}x{}_k{}s{}p{}d{}".format(*c))
+def test_cuda_plane_block_kernel_short_and_long_runs(monkeypatch, case, dtype):
+    """The plane-block kernel forced, on a batch-1 problem (a small one: runs of 2 outputs a thread where outputs
+    are under 28 wide) and on the same images in a batch past the small-problem size (runs of 8): both against
+    float64, every output written, the kernel ran, and the first image's outputs bitwise equal in both (each output
+    adds its taps in (ky, kx) order whatever the run)."""
+    c, m, h, w, k, stride, pad, dil = case
+    out_hw = [(size + 2 * pad - dil * (k - 1) - 1) // stride + 1 for size in (h, w)]
+    big_batch = SMALL_PROBLEM_OUTPUTS // (c * m * out_hw[0] * out_hw[1]) + 1
+    x = make_tensor((big_batch, c, h, w), dtype, "cuda")
+    weight = make_tensor((c * m, 1, k, k), dtype, "cuda")
+    bias = make_tensor((c * m,), dtype, "cuda") if k != 5 else None
+    params = ([stride] * 2, [pad] * 2, [dil] * 2)
+    monkeypatch.setenv("CONVOPS_DEPTHWISE_KERNEL", "planes")
+    outs = []
+    for images in (x[:1], x):
+        args = (images, weight, bias, *params)
+        poison_allocator("cuda", output_nbytes(images, weight, *params))
+        out = convops.depthwise_conv2d(*args)
+        assert_close(out, reference(torch_depthwise, *args))
+        ran = cuda_kernels_run(lambda: convops.depthwise_conv2d(*args))
+        assert any("depthwise_planes_kernel" in name for name in ran), ran
+        outs.append(out)
+    assert torch.equal(outs[0][0], outs[1][0])
+
+
 @pytest.mark.cuda
 def test_cuda_huge_dilation_uses_fallback():
     """An input rectangle too large for shared memory takes the direct kernel."""

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
@@ -66,8 +65,8 @@ __global__ void __launch_bounds__(kThreads) add_channel_bias_kernel(scalar_t* __
 
 template <typename scalar_t, int V>
 void launch(const at::Tensor& out, const at::Tensor& bias, int64_t planes, int channels, int64_t inner) {
-  const int64_t warps_wanted = planes;
-  const int64_t blocks = std::min<int64_t>((warps_wanted + kThreads / 32 - 1) / (kThreads / 32),
+  constexpr int kWarpsPerBlock = kThreads / 32;  // a warp per plane, at most 8 blocks an SM (the rest loop)
+  const int64_t blocks = std::min<int64_t>((planes + kWarpsPerBlock - 1) / kWarpsPerBlock,
                                            int64_t{multiprocessor_count()} * 8);
   add_channel_bias_kernel<scalar_t, V><<<static_cast<unsigned>(blocks), kThreads, 0,
                                          c10::cuda::getCurrentCUDAStream()>>>(
@@ -76,27 +75,20 @@ void launch(const at::Tensor& out, const at::Tensor& bias, int64_t planes, int c
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// The widest vector (up to 16 bytes) that divides a plane, given a 16-byte aligned base.
-template <typename scalar_t>
-void dispatch_width(const at::Tensor& out, const at::Tensor& bias, int64_t planes, int channels, int64_t inner) {
-  constexpr int kMax = 16 / static_cast<int>(sizeof(scalar_t));
-  if constexpr (kMax >= 8) {
-    if (inner % 8 == 0) return launch<scalar_t, 8>(out, bias, planes, channels, inner);
+// The widest vector, from 16 bytes down, whose length divides a plane (the base is 16-byte aligned).
+template <typename scalar_t, int V = 16 / static_cast<int>(sizeof(scalar_t))>
+void launch_widest(const at::Tensor& out, const at::Tensor& bias, int64_t planes, int channels, int64_t inner) {
+  if constexpr (V > 1) {
+    if (inner % V != 0) return launch_widest<scalar_t, V / 2>(out, bias, planes, channels, inner);
   }
-  if constexpr (kMax >= 4) {
-    if (inner % 4 == 0) return launch<scalar_t, 4>(out, bias, planes, channels, inner);
-  }
-  if constexpr (kMax >= 2) {
-    if (inner % 2 == 0) return launch<scalar_t, 2>(out, bias, planes, channels, inner);
-  }
-  launch<scalar_t, 1>(out, bias, planes, channels, inner);
+  launch<scalar_t, V>(out, bias, planes, channels, inner);
 }
 
 }  // namespace channel_bias
 
 // out (N, C, inner...) += bias (C) broadcast over the rest, in place. Returns false without doing anything where
-// this kernel does not apply (out not contiguous or not 16-byte aligned, dtypes differ, a plane of 2^31 elements or
-// more), so that the caller adds with ATen.
+// this kernel does not apply (out not contiguous or not 16-byte aligned, dtypes differ, fp64, a plane of 2^31
+// elements or more), so that the caller adds with ATen.
 inline bool add_channel_bias_(const at::Tensor& out, const at::Tensor& bias) {
   if (out.dim() < 2 || !out.is_contiguous() || !bias.is_contiguous() || bias.dim() != 1 ||
       bias.size(0) != out.size(1) || bias.scalar_type() != out.scalar_type() ||
@@ -105,9 +97,13 @@ inline bool add_channel_bias_(const at::Tensor& out, const at::Tensor& bias) {
   }
   const int64_t channels = out.size(1), planes = out.size(0) * channels, inner = out.numel() / planes;
   if (inner >= std::numeric_limits<int>::max() || channels >= std::numeric_limits<int>::max()) return false;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "convops_add_channel_bias", [&] {
-    channel_bias::dispatch_width<scalar_t>(out, bias, planes, static_cast<int>(channels), inner);
-  });
+  const int c = static_cast<int>(channels);
+  switch (out.scalar_type()) {
+    case at::kFloat: channel_bias::launch_widest<float>(out, bias, planes, c, inner); break;
+    case at::kHalf: channel_bias::launch_widest<at::Half>(out, bias, planes, c, inner); break;
+    case at::kBFloat16: channel_bias::launch_widest<at::BFloat16>(out, bias, planes, c, inner); break;
+    default: return false;  // fp64: the mixed path never runs its 1x1 as a GEMM there
+  }
   return true;
 }
 

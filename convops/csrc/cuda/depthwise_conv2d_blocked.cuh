@@ -287,8 +287,13 @@ std::optional<BlockedPlan<scalar_t>> plan_blocked(const DepthwiseGeometry& d, in
 // 7x7 32 / 31 and 26 / 34, 7x7 3x3 25 / 15, 7x7 7x7 25 / 19: on small planes the stage (rows rounded up to kRows,
 // columns to kCols, the padding, a copy per 4 bytes) outweighs the blocking. With 8-row blocks (116 registers, 4
 // CTAs an SM) every layer was slower: 56x56 7x7 53 and 52, 14x14 3x3 44 and 31.
+// Also taken: 7x7 filters on outputs 14 to 27 wide (at batch 32 above: 32 / 31 and 26 / 34), and small problems
+// (is_small_problem: batch-1 layers), where it is at least as fast as the plane-block kernel with its short runs
+// (H200, 2026-11-27 00:54 and 00:59 UTC, batch 1, do_bench us, this / plane-block, TF32 then bf16): 14x14 3x3 (c480)
+// 6.3 / 7.0 and 6.5 / 7.3; 7x7 3x3 6.6 / 7.4 (16-bit odd widths are not taken); 7x7 7x7 7.0 / 7.1; 14x14 7x7 7.5 /
+// 7.3 and 7.2 / 7.4; and against the plane-block kernel's long runs (00:47) 14x14 7x7 7.6 / 10.9 and 6.7 / 12.5.
 inline bool blocked_pays(const DepthwiseGeometry& d) {
-  return d.out_w >= 28;
+  return d.out_w >= 28 || (d.kernel_w == 7 && d.out_w >= 14) || is_small_problem(d);
 }
 
 template <typename scalar_t, int K, int kShift>

@@ -23,6 +23,14 @@ inline int64_t input_planes_read(const DepthwiseGeometry& d, int64_t planes) {
   return std::min(planes, (planes - 1) / d.multiplier + 2);
 }
 
+// A problem of at most this many outputs (a batch-1 layer: 38K-460K outputs in the bench sweep's MobileNetV2 /
+// EfficientNet-B0 / ConvNeXt-T stages past the first) is latency-bound: a few microseconds of GPU time, most of it
+// DRAM round trips and dependent instruction chains rather than bandwidth. The kernels' planners give such problems
+// shorter per-thread work (depthwise_conv2d_planes.cuh, depthwise_conv2d_blocked.cuh).
+inline bool is_small_problem(const DepthwiseGeometry& d) {
+  return d.batch * d.out_channels * d.out_h * d.out_w <= (int64_t{1} << 18);
+}
+
 // Raises "<op>: ..." unless every plane coordinate the depthwise kernels form (with the stride, padding and dilation
 // of d, tiles up to 128 outputs wide rounded past the last output) fits in int. Tensor offsets are 64-bit anyway.
 void check_coordinates_fit_int(const char* op, const DepthwiseGeometry& d);

@@ -39,8 +39,14 @@ namespace depthwise {
 namespace planes {
 
 constexpr int kThreads = 256;
-constexpr int kRun = 8;                       // outputs of one column per thread
-constexpr int kTargetOutputs = kThreads * kRun * 2;
+// Outputs of one column per thread: kLongRun, or kShortRun for small problems (is_small_problem: batch-1 layers)
+// on planes under 28 outputs wide, which are latency-bound: there a run of 8 is a chain of ~300 dependent
+// instructions for a few threads a block. H200, 2026-11-27 00:54 UTC, batch 1, do_bench us, run of 2 / run of 8,
+// TF32 then bf16: 14x14 7x7 7.3 / 10.9 and 7.4 / 12.5; 7x7 7x7 7.1 / 10.6 and 7.7 / 11.7; 14x14 3x3 6.1 / 6.5 and
+// 6.9 / 7.1; 7x7 3x3 7.4 / 7.7 and 6.3 / 7.2; but 28-wide outputs lost (28x28 5x5 9.8 / 7.6, 56x56 5x5 stride 2
+// 9.3 / 8.7).
+constexpr int kLongRun = 8;
+constexpr int kShortRun = 2;
 constexpr size_t kSmemBudget = 48 * 1024;     // no opt-in needed; leaves room for 4 CTAs an SM
 
 template <typename scalar_t>
@@ -51,6 +57,7 @@ struct PlanesParams {
   scalar_t* __restrict__ output;
   Geometry g;
   int out_channels;
+  int run;               // outputs of a column per thread: kLongRun or kShortRun
   int planes_per_block;  // P
   int band_rows;         // R (out_h when a block takes whole planes)
   int bands;
@@ -80,9 +87,24 @@ __device__ __forceinline__ int stage_range(scalar_t* __restrict__ dst, const sca
   return off;
 }
 
+// Output channel co's bias, and with a fixed filter (KH > 0) its taps, as floats.
+template <int KH, int KW, typename scalar_t>
+__device__ __forceinline__ void load_filter(const PlanesParams<scalar_t>& p, int co,
+                                            float (&wr)[KH > 0 ? KH : 1][KW > 0 ? KW : 1], float& bias) {
+  bias = p.bias != nullptr ? static_cast<float>(p.bias[co]) : 0.0f;
+  if constexpr (KH > 0) {
+    const scalar_t* __restrict__ w = p.weight + int64_t{co} * KH * KW;
+#pragma unroll
+    for (int ky = 0; ky < KH; ++ky) {
+#pragma unroll
+      for (int kx = 0; kx < KW; ++kx) wr[ky][kx] = static_cast<float>(w[ky * KW + kx]);
+    }
+  }
+}
+
 // KH, KW, SH, SW > 0: that filter and stride with dilation 1, all loops unrolled. KH = 0: any filter, stride and
-// dilation, read from the parameters.
-template <typename scalar_t, int KH, int KW, int SH, int SW>
+// dilation, read from the parameters. kRun = p.run.
+template <typename scalar_t, int KH, int KW, int SH, int SW, int kRun>
 __global__ void __launch_bounds__(kThreads) depthwise_planes_kernel(const PlanesParams<scalar_t> p) {
   constexpr bool kFixed = KH > 0;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -114,11 +136,24 @@ __global__ void __launch_bounds__(kThreads) depthwise_planes_kernel(const Planes
   const int64_t in_plane = int64_t{p.g.in_h} * p.g.in_w;
   const int off = stage_range(staged, p.input, q0 * in_plane + int64_t{iy_lo} * p.g.in_w,
                               nq * staged_rows * p.g.in_w);
-  cp_async_wait<0>();
-  __syncthreads();
 
   const int row_groups = (rows + kRun - 1) / kRun;
   const int items = planes * row_groups * p.g.out_w;
+  // The filter taps (kFixed) and the bias of the thread's current output channel, in registers. Those of its first
+  // item load while the stage is in flight: in a small problem (batch-1 layers: one item a thread, 3-5 us kernels)
+  // they would otherwise be a second DRAM round trip after the wait.
+  float wr[kFixed ? KH : 1][kFixed ? KW : 1];
+  float bias = 0.0f;
+  int filter_co = -1;
+  if constexpr (kFixed) {
+    if (threadIdx.x < items) {
+      filter_co = static_cast<int>((p0 + threadIdx.x / p.g.out_w / row_groups) % p.out_channels);
+      load_filter<KH, KW>(p, filter_co, wr, bias);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
   for (int item = threadIdx.x; item < items; item += kThreads) {
     const int ox = item % p.g.out_w;
     const int rest = item / p.g.out_w;
@@ -129,8 +164,10 @@ __global__ void __launch_bounds__(kThreads) depthwise_planes_kernel(const Planes
     const int oy_first = oy0 + group * kRun;
     const int count = min(kRun, oy0 + rows - oy_first);
     const scalar_t* __restrict__ in_rows = staged + off + (j * staged_rows - iy_lo) * p.g.in_w;  // indexed by iy
-    const scalar_t* __restrict__ w = p.weight + int64_t{co} * kh * kw;
-    const float bias = p.bias != nullptr ? static_cast<float>(p.bias[co]) : 0.0f;
+    if (co != filter_co) {
+      filter_co = co;
+      load_filter<KH, KW>(p, co, wr, bias);
+    }
 
     float acc[kRun];
 #pragma unroll
@@ -139,12 +176,6 @@ __global__ void __launch_bounds__(kThreads) depthwise_planes_kernel(const Planes
     const int iy_first = oy_first * sh - p.g.pad_h;
 
     if constexpr (kFixed) {
-      float wr[KH][KW];
-#pragma unroll
-      for (int ky = 0; ky < KH; ++ky) {
-#pragma unroll
-        for (int kx = 0; kx < KW; ++kx) wr[ky][kx] = static_cast<float>(w[ky * KW + kx]);
-      }
       bool col_ok[KW];
 #pragma unroll
       for (int kx = 0; kx < KW; ++kx) col_ok[kx] = static_cast<unsigned>(ix0 + kx) < static_cast<unsigned>(p.g.in_w);
@@ -170,6 +201,7 @@ __global__ void __launch_bounds__(kThreads) depthwise_planes_kernel(const Planes
         }
       }
     } else {
+      const scalar_t* __restrict__ w = p.weight + int64_t{co} * kh * kw;
 #pragma unroll
       for (int i = 0; i < kRun; ++i) {
         if (i >= count) break;
@@ -206,8 +238,8 @@ inline int64_t staged_elements(const DepthwiseGeometry& d, int64_t planes, int64
 }
 
 // Block shape for problem d: whole planes, several a block, when a plane is small; else bands of rows of one plane.
-// Blocks aim at kTargetOutputs outputs within kSmemBudget, with enough blocks to fill the device. nullopt when even a
-// band of one row does not fit, or coordinates leave int.
+// Blocks aim at 2 x kThreads runs of outputs within kSmemBudget, with enough blocks to fill the device. nullopt when
+// even a band of one row does not fit, or coordinates leave int.
 template <typename scalar_t>
 std::optional<PlanesParams<scalar_t>> plan_planes(const DepthwiseGeometry& d, int sm_count) {
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
@@ -221,19 +253,23 @@ std::optional<PlanesParams<scalar_t>> plan_planes(const DepthwiseGeometry& d, in
     return elems * int64_t{sizeof(scalar_t)} <= int64_t{kSmemBudget} && elems < kIntMax / 4;
   };
   const int64_t min_blocks = 2 * int64_t{sm_count};
+  const int run = is_small_problem(d) && d.out_w < 28 ? kShortRun : kLongRun;
+  const int64_t target_outputs = int64_t{kThreads} * run * 2;
 
   int64_t planes = 1, band_rows = d.out_h;
-  if (out_plane <= kTargetOutputs && fits(1, d.out_h)) {
-    planes = std::max<int64_t>(1, kTargetOutputs / out_plane);
+  // Whole planes a block, unless there are too few planes to fill the device: then bands of rows, so that a small
+  // problem (a batch-1 layer of 144 planes of 28 x 28 outputs) runs on more, shorter blocks.
+  if (out_plane <= target_outputs && fits(1, d.out_h) && (total_planes >= min_blocks || d.out_h <= run)) {
+    planes = std::max<int64_t>(1, target_outputs / out_plane);
     planes = std::min(planes, std::max<int64_t>(1, total_planes / min_blocks));
     while (planes > 1 && !fits(planes, d.out_h)) --planes;
   } else {
-    band_rows = std::max<int64_t>(kRun, kTargetOutputs / std::max<int64_t>(1, d.out_w) / kRun * kRun);
+    band_rows = std::max<int64_t>(run, target_outputs / std::max<int64_t>(1, d.out_w) / run * run);
     band_rows = std::min(band_rows, d.out_h);
-    while (band_rows > kRun && total_planes * ((d.out_h + band_rows - 1) / band_rows) < min_blocks) {
-      band_rows -= kRun;
+    while (band_rows > run && total_planes * ((d.out_h + band_rows - 1) / band_rows) < min_blocks) {
+      band_rows -= run;
     }
-    while (band_rows > 1 && !fits(1, band_rows)) band_rows = band_rows > kRun ? band_rows - kRun : band_rows - 1;
+    while (band_rows > 1 && !fits(1, band_rows)) band_rows = band_rows > run ? band_rows - run : band_rows - 1;
     if (!fits(1, band_rows)) return std::nullopt;
   }
   const int64_t bands = (d.out_h + band_rows - 1) / band_rows;
@@ -243,6 +279,7 @@ std::optional<PlanesParams<scalar_t>> plan_planes(const DepthwiseGeometry& d, in
   PlanesParams<scalar_t> p{};
   p.g = make_geometry(d);
   p.out_channels = static_cast<int>(d.out_channels);
+  p.run = run;
   p.planes_per_block = static_cast<int>(planes);
   p.band_rows = static_cast<int>(band_rows);
   p.bands = static_cast<int>(bands);
@@ -252,7 +289,11 @@ std::optional<PlanesParams<scalar_t>> plan_planes(const DepthwiseGeometry& d, in
 
 template <typename scalar_t, int KH, int KW, int SH, int SW>
 void launch_planes_kernel(const PlanesParams<scalar_t>& p, size_t smem_bytes, unsigned blocks, cudaStream_t stream) {
-  depthwise_planes_kernel<scalar_t, KH, KW, SH, SW><<<blocks, kThreads, smem_bytes, stream>>>(p);
+  if (p.run == kShortRun) {
+    depthwise_planes_kernel<scalar_t, KH, KW, SH, SW, kShortRun><<<blocks, kThreads, smem_bytes, stream>>>(p);
+  } else {
+    depthwise_planes_kernel<scalar_t, KH, KW, SH, SW, kLongRun><<<blocks, kThreads, smem_bytes, stream>>>(p);
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

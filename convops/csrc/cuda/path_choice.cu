@@ -1,5 +1,6 @@
 #include "cuda/path_choice.cuh"
 
+#include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
@@ -18,6 +19,9 @@ namespace {
 
 constexpr int kTimedRuns = 5;  // odd: the median is one run's time
 constexpr double kAtenMargin = 0.97;
+// A GPU spin before each timed run, in clock cycles: about 200 us at 2 GHz (longer at lower clocks), more than any
+// path's host time between its start event and its last launch.
+constexpr int64_t kHostLeadCycles = 400'000;
 
 // KeyWriter's tags: each argument starts with one, so that arguments of different kinds never read alike.
 constexpr char kTensorTag = 'T', kListTag = 'L', kIntTag = 'I', kDoubleTag = 'D', kNoneTag = '-';
@@ -68,6 +72,13 @@ struct TimedPath {
 // batch-1 layers (5-20 us) which path wins depends on it (the convops kernels won with the inputs L2-resident and
 // lost by 0.5-2 us from DRAM on 33 of the bench sweep's rows, 2026-11-26), and the cold condition is the one the
 // benchmarks measure. Every run computes a full output; each path's last timed one is kept in its output.
+// The events must time the GPU's work, not the host's launches: if the GPU waits for the host between a start
+// event and a path's last kernel, the path's host time is what gets timed. That happened on batch-1 layers, whose
+// paths take 5-15 us of GPU time and up to tens of us of host time (cuDNN's set-up, two ops where the mixed path
+// has them) against about 25 us for the flush: "auto" took ATen for EfficientNet-B0's c240 28x28 separable layer in
+// bf16, whose convops kernel do_bench times 1.25x faster (H200, 2026-11-27 00:47 UTC). So the GPU spins before
+// each run (kHostLeadCycles) while the host queues the run whole, as in a network's forward pass, where the host
+// runs ahead of the GPU.
 void time_paths(c10::ArrayRef<TimedPath> paths, cudaStream_t stream, const at::Tensor& flush) {
   struct Run {
     Event start, end;
@@ -76,6 +87,7 @@ void time_paths(c10::ArrayRef<TimedPath> paths, cudaStream_t stream, const at::T
   std::vector<std::array<Run, kTimedRuns>> runs(paths.size());
   for (int i = 0; i < kTimedRuns; ++i) {
     for (size_t p = 0; p < paths.size(); ++p) {
+      at::cuda::sleep(kHostLeadCycles);  // on the current stream, which is `stream`
       if (flush.defined()) C10_CUDA_CHECK(cudaMemsetAsync(flush.data_ptr(), 0, flush.nbytes(), stream));
       C10_CUDA_CHECK(cudaEventRecord(runs[p][i].start.event, stream));
       *paths[p].output = paths[p].run();
