@@ -6,9 +6,10 @@
     python -m bench.run --list            # the case names (works without a GPU)
 
 One process, one GPU. For each case and precision mode it checks every column against eager (a wrong result is
-reported as FAIL, not timed), then times it with triton.testing.do_bench (median) over enough input sets to exceed
-the L2 cache: the uncompiled columns first, each compiled one after its compile's background work (Inductor's
-compile workers) has wound down, so that launch-bound batch-1 cases compare like with like (bench/quiet.py).
+reported as FAIL, not timed), then times the columns with triton.testing.do_bench (median) over enough input sets
+to exceed the L2 cache, one after the other once every compile's background work (Inductor's compile workers) has
+wound down (bench/quiet.py), and in three rounds where a column is launch-bound (batch-1 layers), each column keeping
+its median round, so that such cases compare like with like.
 Pass 1 runs every column but max-autotune (about 230 s on an H200 for the full set); pass 2 runs max-autotune, whose
 compile takes 5-50 s a case, on its subset (--autotune) until --budget-s is spent. Outputs: a table on the terminal,
 and bench-<time>.json (every number, the card and the versions), .md (the same table for bench/RESULTS.md) and .png

@@ -1,11 +1,13 @@
 """One case in one precision mode: build the model, check every column against eager, then time it.
 
-Every column is timed under the same conditions: the uncompiled columns (eager, kernel, op) first, after the
-previous case's compiles have wound down, then the compiled ones, each after its own compile has (bench/quiet.py).
-The "auto" op decides its path in that quiet too: the op column's first call, and again the convops backend's."""
+Every column runs and is checked first (the uncompiled ones, eager, kernel and op, then the compiled ones, each
+compile followed by its wind-down, bench/quiet.py); the "auto" op decides its path in quiet, on the op column's first
+call and again on the convops backend's. Then every checked column is timed under the same conditions: after one
+more wait for quiet, one after the other, and in several rounds where the case is launch-bound."""
 from __future__ import annotations
 
 import math
+import statistics
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -62,14 +64,9 @@ class Plan:
         return None
 
 
-def _column_result(status: str, ms=None, max_error=None, first_call_s=None, note="", path=None,
-                   settled: quiet.Settled | None = None):
-    result = {"status": status, "ms": ms, "max_error": max_error, "first_call_s": first_call_s, "note": note,
-              "path": path}
-    if settled is not None:  # how long the timing waited for quiet, and how busy the background still was
-        result["settle_s"] = settled.waited_s
-        result["background_cores"] = settled.background_cores
-    return result
+def _column_result(status: str, ms=None, max_error=None, first_call_s=None, note="", path=None):
+    return {"status": status, "ms": ms, "max_error": max_error, "first_call_s": first_call_s, "note": note,
+            "path": path}
 
 
 def _chosen_path() -> str:
@@ -111,16 +108,21 @@ def run_case(case: Case, mode: Mode, plan: Plan, columns: tuple[str, ...] | None
             record["floor_ms"], record["floor_bound"] = plan.ceilings.floor_ms(record["min_bytes"], record["flops"],
                                                                                mode.rate_key)
         wanted = columns or plan.columns
-        settled = None
+        ready = {}  # column -> its callable, for the columns that ran and agreed with eager
+        settled = False
         for column in timing_order(wanted):
             skip = plan.skip_reason(column, case, mode)
             if skip:
                 results[column] = _column_result("skipped", note=skip)
                 continue
-            if column not in COMPILED and settled is None:
-                settled = quiet.settle()  # once: the uncompiled columns leave nothing running behind them
-            results[column] = _run_column(column, model, inputs, expected, mode, plan, timer, settled)
+            if column not in COMPILED and not settled:
+                quiet.settle()  # the previous case's compiles wind down before the "auto" op decides its path
+                settled = True
+            results[column], fn = _prepare_column(column, model, inputs, expected, mode, plan)
+            if fn is not None:
+                ready[column] = fn
         del expected
+        _time_columns(ready, results, inputs, timer)
     record["columns"] = {column: results[column] for column in wanted if column in results}
     summarize(record)
     return record
@@ -131,13 +133,22 @@ def timing_order(columns) -> list[str]:
     return [c for c in columns if c not in COMPILED] + [c for c in columns if c in COMPILED]
 
 
-def _run_column(column, model, inputs, expected, mode, plan, timer, settled=None) -> dict:
-    """`settled`: the quiet the uncompiled columns start from (a compiled column settles after its compile)."""
+# Launch-bound cases (a column under this many ms in the first round) are timed in LAUNCH_BOUND_ROUNDS rounds, each
+# column once a round, and each column keeps the median of its rounds. Their times move with the host (a batch-1
+# layer's eager column read 11.5 us in one full run and 40.7 us in the next, H200, 2026-11-27), so a slow stretch
+# must not fall on one column alone.
+LAUNCH_BOUND_MS = 0.05
+LAUNCH_BOUND_ROUNDS = 3
+
+
+def _prepare_column(column, model, inputs, expected, mode, plan):
+    """The column's first call (a compile, the "auto" op's decision) and its check against eager: (result, fn),
+    fn None where it is not to be timed."""
     try:
         fn = make_runner(column, model, plan.backend, plan.backend_note)
     except Unavailable as why:
         status = "missing" if str(why).startswith("missing") else "n/a"
-        return _column_result(status, note=str(why))
+        return _column_result(status, note=str(why)), None
     try:
         with column_policy(column):
             if column == "convops_op":
@@ -146,7 +157,7 @@ def _run_column(column, model, inputs, expected, mode, plan, timer, settled=None
             actual = _synchronized(fn(inputs[0]))
             first_call_s = time.perf_counter() - start
             if column in COMPILED:
-                settled = quiet.settle()  # the compile's worker processes and threads wind down
+                quiet.settle()  # the compile's worker processes and threads wind down
                 if column == "convops_backend" and actual.is_cuda:
                     # The ops of the compiled graph decided their paths right after the compile, while it wound
                     # down: decide again in quiet, as the op column did.
@@ -155,18 +166,42 @@ def _run_column(column, model, inputs, expected, mode, plan, timer, settled=None
             path = _chosen_path() if column == "convops_op" and actual.is_cuda else None
             verdict = check(actual, expected, mode)
             del actual
-            if not verdict.ok:
-                return _column_result("fail", max_error=verdict.max_error, first_call_s=first_call_s,
-                                      note=verdict.note, settled=settled)
-            with quiet.gc_paused():
-                ms = timer(rotating(fn, inputs))
-        return _column_result("ok", ms=ms, max_error=verdict.max_error, first_call_s=first_call_s, path=path,
-                              settled=settled)
+        if not verdict.ok:
+            return _column_result("fail", max_error=verdict.max_error, first_call_s=first_call_s,
+                                  note=verdict.note), None
+        return _column_result("ok", max_error=verdict.max_error, first_call_s=first_call_s, path=path), fn
     except torch.cuda.OutOfMemoryError as exc:
         torch.cuda.empty_cache()
-        return _column_result("error", note=_first_line(exc))
+        return _column_result("error", note=_first_line(exc)), None
     except Exception as exc:
-        return _column_result("error", note=_first_line(exc))
+        return _column_result("error", note=_first_line(exc)), None
+
+
+def _time_columns(ready: dict, results: dict, inputs, timer) -> None:
+    """Times the checked columns, every one under the same conditions: after every compile of the case has wound
+    down (one settle), in timing order, in rounds where the case is launch-bound."""
+    if not ready:
+        return
+    settled = quiet.settle()
+    rounds: dict[str, list[float]] = {column: [] for column in ready}
+    for round_index in range(LAUNCH_BOUND_ROUNDS):
+        for column, fn in list(ready.items()):
+            try:
+                with column_policy(column), quiet.gc_paused():
+                    rounds[column].append(timer(rotating(fn, inputs)))
+            except torch.cuda.OutOfMemoryError as exc:
+                torch.cuda.empty_cache()
+                results[column] = _column_result("error", note=_first_line(exc))
+                del ready[column], rounds[column]
+            except Exception as exc:
+                results[column] = _column_result("error", note=_first_line(exc))
+                del ready[column], rounds[column]
+        if round_index == 0 and not any(times[0] < LAUNCH_BOUND_MS for times in rounds.values()):
+            break
+    for column, times in rounds.items():
+        # settle_s and background_cores: how long the timing waited for quiet, and how busy the background still was
+        results[column].update(ms=statistics.median(times), round_ms=times, settle_s=settled.waited_s,
+                               background_cores=settled.background_cores)
 
 
 def _synchronized(output: torch.Tensor) -> torch.Tensor:

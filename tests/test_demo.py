@@ -267,9 +267,10 @@ def test_bench_autotune_order_and_budget():
 
 
 def test_bench_times_every_column_of_a_case_under_the_same_conditions(monkeypatch):
-    """The uncompiled columns are timed first, after one settle; each compiled column settles after its compile
-    (its first call) and before its timing; the kernel column's calls run under the forced convops path as a whole,
-    the op's under the user's policy; the record keeps the requested column order."""
+    """Every column runs and is checked first (the uncompiled ones after one settle, each compile followed by a
+    settle), then all are timed after one more settle, the uncompiled ones first; the kernel column's calls run
+    under the forced convops path as a whole, the op's under the user's policy; the record keeps the requested
+    column order."""
     events = []
 
     def fake_runner(column, model, backend=None, backend_note=""):
@@ -298,15 +299,46 @@ def test_bench_times_every_column_of_a_case_under_the_same_conditions(monkeypatc
     assert list(record["columns"]) == list(columns)
     assert all(col["status"] == "ok" for col in record["columns"].values()), record["columns"]
     assert all(col["settle_s"] == 0.0 for col in record["columns"].values())
-    assert events == ["settle",
-                      "call eager", "call eager", "time under auto",
-                      "call convops_kernel", "call convops_kernel", "time under convops",
-                      "call convops_op", "call convops_op", "time under auto",
-                      "call inductor", "settle", "call inductor", "time under auto",
-                      "call max_autotune", "settle", "call max_autotune", "time under auto",
-                      "call convops_backend", "settle", "call convops_backend", "time under auto"]
+    assert events == ["settle", "call eager", "call convops_kernel", "call convops_op",
+                      "call inductor", "settle", "call max_autotune", "settle", "call convops_backend", "settle",
+                      "settle",
+                      "call eager", "time under auto",
+                      "call convops_kernel", "time under convops",
+                      "call convops_op", "time under auto",
+                      "call inductor", "time under auto",
+                      "call max_autotune", "time under auto",
+                      "call convops_backend", "time under auto"]
+    assert all(col["round_ms"] == [1.0] for col in record["columns"].values())
     assert runner.timing_order(["convops_backend", "eager", "inductor", "convops_op"]) == [
         "eager", "convops_op", "convops_backend", "inductor"]
+
+
+def test_bench_times_launch_bound_cases_in_interleaved_rounds(monkeypatch):
+    """Where a column times under runner.LAUNCH_BOUND_MS in the first round, every column is timed again in
+    further rounds, one column after the other in each, and keeps the median of its rounds."""
+    monkeypatch.setattr(runner.quiet, "settle", lambda: quiet.Settled(0.0, 0.0, True))
+    called, order = [], []
+    draws = {"eager": iter([0.010, 0.030, 0.011]), "convops_op": iter([0.009, 0.008, 0.020])}
+
+    def fake_runner(column, model, backend=None, backend_note=""):
+        def fn(x):
+            called.append(column)
+            return model(x)
+        return fn
+
+    def timer(fn):
+        fn()
+        order.append(called[-1])
+        return next(draws[called[-1]])
+
+    monkeypatch.setattr(runner, "make_runner", fake_runner)
+    case = bench_cases.Case("seed/tiny_dw", lambda: demo.DepthwiseConv2d(4, 3, 1, 1), (1, 4, 9, 9))
+    record = runner.run_case(case, timing.MODES["tf32"], _cpu_plan(("eager", "convops_op")), device="cpu",
+                             timer=timer)
+    assert order == ["eager", "convops_op"] * runner.LAUNCH_BOUND_ROUNDS
+    assert record["columns"]["eager"]["round_ms"] == [0.010, 0.030, 0.011]
+    assert record["columns"]["eager"]["ms"] == 0.011 and record["columns"]["convops_op"]["ms"] == 0.009
+    assert record["speedup"] == pytest.approx(0.011 / 0.009)
 
 
 def test_bench_background_cpu_counts_child_processes():
