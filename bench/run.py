@@ -1,6 +1,6 @@
 """convops benchmark: the convops ops against eager PyTorch and Inductor, side by side, with the physical floor.
 
-    python -m bench.run                   # everything: 70 cases x 3 precision modes, about 8 minutes on an H200
+    python -m bench.run                   # everything: 70 cases x 3 precision modes, about 12 minutes on an H200
     python -m bench.run --quick           # the seeds in every mode and one sweep case per family, about 2 minutes
     python -m bench.run --cases 'seed|convnext' --modes tf32,bf16 --out /tmp/bench
     python -m bench.run --list            # the case names (works without a GPU)
@@ -9,9 +9,9 @@ One process, one GPU. For each case and precision mode it checks every column ag
 reported as FAIL, not timed), then times the columns with triton.testing.do_bench (median) over enough input sets
 to exceed the L2 cache, one after the other once every compile's background work (Inductor's compile workers) has
 wound down (bench/quiet.py), and in three rounds where a column is launch-bound (batch-1 layers), each column keeping
-its median round, so that such cases compare like with like.
-Pass 1 runs every column but max-autotune (about 230 s on an H200 for the full set); pass 2 runs max-autotune, whose
-compile takes 5-50 s a case, on its subset (--autotune) until --budget-s is spent. Outputs: a table on the terminal,
+its median round, so that such cases compare like with like. Pass 1 runs every column but max-autotune (about 530 s
+on an H200 for the full set, 2026-11-27); pass 2 runs max-autotune, whose compile takes 5-50 s a case, on its subset
+(--autotune) until --budget-s is spent. Outputs: a table on the terminal,
 and bench-<time>.json (every number, the card and the versions), .md (the same table for bench/RESULTS.md) and .png
 (speedups) under --out.
 """
@@ -54,7 +54,7 @@ def parse_args(argv):
                         "in tf32 mode); seeds (the seeds in tf32 mode; the default with --quick); none")
     p.add_argument("--budget-s", type=float,
                    help="wall-clock budget of the measurements: compiled columns give way as it runs out "
-                        "(default 420, --quick 150)")
+                        "(default 720, --quick 150)")
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"), help="output folder")
     p.add_argument("--list", action="store_true", help="print the selected case names and exit")
     args = p.parse_args(argv)
@@ -63,7 +63,7 @@ def parse_args(argv):
     args.sweep_modes = _names(args.sweep_modes, MODES, "mode") if args.sweep_modes else default_sweep
     args.columns = tuple(_names(args.columns, COLUMNS, "column"))
     args.autotune = args.autotune or ("seeds" if args.quick else "default")
-    args.budget_s = args.budget_s or (150.0 if args.quick else 420.0)
+    args.budget_s = args.budget_s or (150.0 if args.quick else 720.0)
     return args
 
 
