@@ -109,15 +109,15 @@ def run_case(case: Case, mode: Mode, plan: Plan, columns: tuple[str, ...] | None
                                                                                mode.rate_key)
         wanted = columns or plan.columns
         ready = {}  # column -> its callable, for the columns that ran and agreed with eager
-        settled = False
+        waited_for_quiet = False
         for column in timing_order(wanted):
             skip = plan.skip_reason(column, case, mode)
             if skip:
                 results[column] = _column_result("skipped", note=skip)
                 continue
-            if column not in COMPILED and not settled:
+            if column not in COMPILED and not waited_for_quiet:
                 quiet.settle()  # the previous case's compiles wind down before the "auto" op decides its path
-                settled = True
+                waited_for_quiet = True
             results[column], fn = _prepare_column(column, model, inputs, expected, mode, plan)
             if fn is not None:
                 ready[column] = fn
