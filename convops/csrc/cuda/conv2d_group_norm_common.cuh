@@ -4,6 +4,8 @@
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -32,6 +34,18 @@ constexpr int kSmallFloats = 4 * kTileN + 2 * kPixelWarps * kTileN + kPixelWarps
 // TF32 is allowed (eager's result equals the fp64 one to ~1e-6 on the seed shape), and a single TF32 pass misses it
 // by ~4e-3 once GroupNorm divides by the spread, far outside the 1e-4 agreement we promise.
 enum class MmaMode { kTf32x3, kBf16, kFp16 };
+
+// Two values as one 32-bit MMA operand register of the 16-bit modes (lo in the low half), rounded to nearest.
+template <MmaMode kMode>
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  if constexpr (kMode == MmaMode::kBf16) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
 
 struct ConvPoolParams {
   const void* input;
@@ -63,8 +77,10 @@ struct ConvPoolParams {
   FastDivmod tile_w_div;    // tile pixel -> (row, column)
   FastDivmod pooled_w_div;  // kernel 2: output columns
   // Outputs of kernel 1.
-  uint32_t* extremum;     // (N, C_out, pooled_h, pooled_w): encoded max over the window of sign_c * conv, or its
-                          // sign classes where sign_c = 0
+  uint32_t* extremum;     // (N, C_out, pooled_h, ext_w): encoded max over the window of sign_c * conv, or its
+                          // sign classes where sign_c = 0; rows padded to ext_w >= pooled_w codes (the window
+                          // kernel's rows are whole 16-byte vectors)
+  int ext_w;
   float4* partials;       // (N, channel_tiles, spatial_tiles, local_groups): (count, mean, M2, unused)
   // Kernel 2.
   void* output;

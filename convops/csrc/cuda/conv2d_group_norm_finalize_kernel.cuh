@@ -64,22 +64,23 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams
     const float sign = affine_sign(gamma, s);
     // Infinite gamma: a window is b * s where all its elements have the sign of a * b, NaN otherwise.
     const uint32_t spoilers = a * b > 0.f ? kNotPositive : kNotNegative;
-    const uint32_t* ext = p.extremum + (static_cast<int64_t>(n) * p.out_channels + c) * plane;
+    const uint32_t* ext = p.extremum + (static_cast<int64_t>(n) * p.out_channels + c) * p.pooled_h * p.ext_w;
     T* out_c = out + n * p.out_stride[0] + c * p.out_stride[1];
     for (int i = tid; i < plane; i += kThreads) {
+      int row;
+      const int col = p.pooled_w_div.divmod(i, row);
+      const uint32_t code = ext[row * p.ext_w + col];
       float z;
       if (sign != 0.f) {
         // (v - mean) * a + beta is a v + b, with the same NaN / +-Inf for finite a, without cancelling a v against
         // a mean (|a mean| 2^-24 in fp32, ~1e-5 |gamma s| for a mean 500x the spread).
-        const float v = sign * decode_ordered(ext[i]);
+        const float v = sign * decode_ordered(code);
         z = ((v - mean) * a + beta) * s;
       } else {
-        z = (ext[i] & spoilers) ? __uint_as_float(0x7fffffffu) : b * s;
+        z = (code & spoilers) ? __uint_as_float(0x7fffffffu) : b * s;
       }
       if (p.has_lo) z = z < p.lo ? p.lo : z;
       if (p.has_hi) z = z > p.hi ? p.hi : z;
-      int row;
-      const int col = p.pooled_w_div.divmod(i, row);
       out_c[row * p.out_stride[2] + col * p.out_stride[3]] = static_cast<T>(z);
     }
   }

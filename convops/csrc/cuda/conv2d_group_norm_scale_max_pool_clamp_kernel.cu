@@ -16,11 +16,14 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/checks.h"
 #include "conv2d_group_norm_scale_max_pool_clamp.h"
 #include "cuda/conv2d_group_norm_finalize_kernel.cuh"
 #include "cuda/conv2d_group_norm_tile_kernel.cuh"
+#include "cuda/conv2d_group_norm_window_kernel.cuh"
 #include "cuda/device_info.h"
 #include "cuda/path_choice.cuh"
 
@@ -124,6 +127,42 @@ void set_divisors(ConvPoolParams& p) {
   p.tile_w_div = FastDivmod(p.tile_w);
 }
 
+// The window kernel (conv2d_group_norm_window_kernel.cuh) where it applies: stride 1, dilation 1, a 3x3 filter,
+// square 2x2 or 4x4 pools, and its weights and patch in at most kWindowSmemBytes (two CTAs an SM). Sets its tiling
+// (16 x 16 tiles, whole pool windows) and returns its shared-memory bytes, or returns 0. CONVOPS_GN_KERNEL=tile
+// turns it off (read once), for timing the two kernels against each other.
+constexpr int kWindowSmemBytes = 110 * 1024;
+
+template <MmaMode kMode, int kPool>
+int window_smem_bytes(int64_t in_channels) {
+  return cuda::gn_pool::window::Layout<kMode, 3, 3, kPool>(static_cast<int>(in_channels)).total;
+}
+
+int plan_window_kernel(const ConvGnPoolGeometry& g, MmaMode mode, ConvPoolParams& p) {
+  static const bool enabled = [] {
+    const char* env = std::getenv("CONVOPS_GN_KERNEL");
+    return env == nullptr || std::strcmp(env, "tile") != 0;
+  }();
+  if (!enabled || g.stride_h != 1 || g.stride_w != 1 || g.dilation_h != 1 || g.dilation_w != 1) return 0;
+  if (g.kernel_h != 3 || g.kernel_w != 3 || g.pool_h != g.pool_w || (g.pool_h != 2 && g.pool_h != 4)) return 0;
+  if (g.in_channels > 256) return 0;
+  const bool half = mode != MmaMode::kTf32x3;
+  const int bytes = g.pool_h == 4 ? (half ? window_smem_bytes<MmaMode::kBf16, 4>(g.in_channels)
+                                          : window_smem_bytes<MmaMode::kTf32x3, 4>(g.in_channels))
+                                  : (half ? window_smem_bytes<MmaMode::kBf16, 2>(g.in_channels)
+                                          : window_smem_bytes<MmaMode::kTf32x3, 2>(g.in_channels));
+  if (bytes > kWindowSmemBytes) return 0;
+  using cuda::gn_pool::window::kTile;
+  p.tile_h = p.tile_w = kTile;
+  p.atomic_pool = false;
+  p.tiles_w = static_cast<int>((g.conv_w + kTile - 1) / kTile);
+  const int64_t spatial_tiles = (g.conv_h + kTile - 1) / kTile * p.tiles_w;
+  p.spatial_tiles = static_cast<int>(std::min<int64_t>(spatial_tiles, INT32_MAX));
+  p.channel_tiles = static_cast<int>((g.out_channels + kTileN - 1) / kTileN);
+  p.local_groups = static_cast<int>(std::min<int64_t>(g.num_groups, (kTileN - 1) / g.channels_per_group + 2));
+  return bytes;
+}
+
 // The kernels index in int where a value is bounded by these (64-bit only where offsets reach tensors): image
 // coordinates (ih = oh * stride - pad + r), channel counts and loop bounds with a CTA's stride added to them. Larger
 // problems take the composite path.
@@ -139,18 +178,31 @@ bool fits_int32(const ConvGnPoolGeometry& g, const ConvPoolParams& p) {
          p.channel_tiles <= 65535;  // the tile kernel's gridDim.y
 }
 
-template <typename T, MmaMode kMode>
-void launch(ConvPoolParams& p, const ConvGnPoolGeometry& g, int smem_bytes, cudaStream_t stream) {
-  auto* tile_kernel = cuda::gn_pool::conv_pool_stats_kernel<T, kMode>;
-  cuda::allow_dynamic_shared_memory(tile_kernel, smem_bytes);
-  // Persistent grid: as many CTAs as fit on the device at once, each looping over (image, spatial tile) items.
-  const int sms = cuda::multiprocessor_count();
+// Persistent grid: as many CTAs as fit on the device at once (per channel tile), each looping over (image, spatial
+// tile) items.
+template <typename Kernel>
+dim3 persistent_grid(Kernel kernel, const ConvPoolParams& p, int64_t batch, int smem_bytes) {
   int per_sm = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tile_kernel, kThreads, smem_bytes));
-  const int64_t items = g.batch * p.spatial_tiles;
-  const int64_t resident = std::max<int64_t>(1, static_cast<int64_t>(sms) * std::max(per_sm, 1) / p.channel_tiles);
-  const dim3 grid(static_cast<unsigned>(std::min(items, resident)), p.channel_tiles);
-  tile_kernel<<<grid, kThreads, smem_bytes, stream>>>(p);
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes));
+  const int64_t items = batch * p.spatial_tiles;
+  const int64_t resident =
+      std::max<int64_t>(1, static_cast<int64_t>(cuda::multiprocessor_count()) * std::max(per_sm, 1) /
+                               p.channel_tiles);
+  return dim3(static_cast<unsigned>(std::min(items, resident)), p.channel_tiles);
+}
+
+template <typename T, MmaMode kMode>
+void launch(ConvPoolParams& p, const ConvGnPoolGeometry& g, bool window, int smem_bytes, cudaStream_t stream) {
+  if (window) {
+    auto* kernel = g.pool_h == 4 ? cuda::gn_pool::window::conv_pool_window_kernel<T, kMode, 3, 3, 4>
+                                 : cuda::gn_pool::window::conv_pool_window_kernel<T, kMode, 3, 3, 2>;
+    cuda::allow_dynamic_shared_memory(kernel, smem_bytes);
+    kernel<<<persistent_grid(kernel, p, g.batch, smem_bytes), kThreads, smem_bytes, stream>>>(p);
+  } else {
+    auto* kernel = cuda::gn_pool::conv_pool_stats_kernel<T, kMode>;
+    cuda::allow_dynamic_shared_memory(kernel, smem_bytes);
+    kernel<<<persistent_grid(kernel, p, g.batch, smem_bytes), kThreads, smem_bytes, stream>>>(p);
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   cuda::gn_pool::finalize_kernel<T><<<static_cast<unsigned>(g.batch * g.num_groups), kThreads, 0, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -160,14 +212,17 @@ void launch(ConvPoolParams& p, const ConvGnPoolGeometry& g, int smem_bytes, cuda
 void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias, double eps,
                const at::Tensor& scale, std::optional<double> clamp_min, std::optional<double> clamp_max,
-               const ConvGnPoolGeometry& g, ConvPoolParams p, int smem_bytes, MmaMode mode, at::Tensor& out) {
+               const ConvGnPoolGeometry& g, ConvPoolParams p, bool window, int smem_bytes, MmaMode mode,
+               at::Tensor& out) {
   // Per-channel vectors as dense 1-D tensors (tiny; no host synchronization).
   const auto flat = [](const at::Tensor& t) { return t.reshape({-1}).contiguous(); };
   const at::Tensor bias_c = bias.has_value() && bias->defined() ? flat(*bias) : at::Tensor();
   const at::Tensor gamma_c = gn_weight.has_value() && gn_weight->defined() ? flat(*gn_weight) : at::Tensor();
   const at::Tensor beta_c = gn_bias.has_value() && gn_bias->defined() ? flat(*gn_bias) : at::Tensor();
   const at::Tensor scale_c = flat(scale);
-  at::Tensor extremum = at::empty({g.batch, g.out_channels, g.pooled_h, g.pooled_w}, input.options().dtype(at::kInt));
+  // The window kernel stores a lane's four windows as one 16-byte vector: rows of a multiple of 4 codes.
+  p.ext_w = static_cast<int>(window ? (g.pooled_w + 3) / 4 * 4 : g.pooled_w);
+  at::Tensor extremum = at::empty({g.batch, g.out_channels, g.pooled_h, p.ext_w}, input.options().dtype(at::kInt));
   at::Tensor partials =
       at::empty({g.batch * p.channel_tiles * p.spatial_tiles * p.local_groups * 4}, input.options().dtype(at::kFloat));
   const auto stream = c10::cuda::getCurrentCUDAStream();
@@ -209,7 +264,11 @@ void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::opt
   p.num_groups = static_cast<int>(g.num_groups);
   p.scale_per_channel = g.scale_per_channel;
   p.channels_fastest = input.stride(1) == 1 && p.chunk_channels > 1;
-  set_divisors(p);
+  if (window) {
+    p.pooled_w_div = cuda::FastDivmod(std::max(p.pooled_w, 1));
+  } else {
+    set_divisors(p);
+  }
   p.extremum = reinterpret_cast<uint32_t*>(extremum.data_ptr<int32_t>());
   p.partials = reinterpret_cast<float4*>(partials.data_ptr<float>());
   p.output = out.data_ptr();
@@ -220,11 +279,11 @@ void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::opt
   p.hi = p.has_hi ? static_cast<float>(*clamp_max) : 0.f;
 
   if (mode == MmaMode::kTf32x3) {
-    launch<float, MmaMode::kTf32x3>(p, g, smem_bytes, stream);
+    launch<float, MmaMode::kTf32x3>(p, g, window, smem_bytes, stream);
   } else if (mode == MmaMode::kBf16) {
-    launch<c10::BFloat16, MmaMode::kBf16>(p, g, smem_bytes, stream);
+    launch<c10::BFloat16, MmaMode::kBf16>(p, g, window, smem_bytes, stream);
   } else {
-    launch<c10::Half, MmaMode::kFp16>(p, g, smem_bytes, stream);
+    launch<c10::Half, MmaMode::kFp16>(p, g, window, smem_bytes, stream);
   }
 }
 
@@ -245,8 +304,10 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
                                                 : MmaMode::kTf32x3;
   const int k_step = mode == MmaMode::kTf32x3 ? 8 : 16;
   ConvPoolParams p{};
-  choose_tile(g, p);
-  const int smem_bytes = dtype == at::kDouble ? 0 : choose_chunk(g, k_step, p);
+  const int window_bytes = dtype == at::kDouble ? 0 : plan_window_kernel(g, mode, p);
+  const bool window = window_bytes > 0;
+  if (!window) choose_tile(g, p);
+  const int smem_bytes = window ? window_bytes : dtype == at::kDouble ? 0 : choose_chunk(g, k_step, p);
   const auto aten = [&] {
     return composite(input, weight, bias, stride, padding, dilation, num_groups, gn_weight, gn_bias, eps, scale,
                      pool_kernel, clamp_min, clamp_max, g);
@@ -254,7 +315,8 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
   if (smem_bytes == 0 || !fits_int32(g, p)) return aten();
   const auto fused = [&] {
     at::Tensor out = empty_output(input, {g.batch, g.out_channels, g.pooled_h, g.pooled_w});
-    run_fused(input, weight, bias, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, p, smem_bytes, mode, out);
+    run_fused(input, weight, bias, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, p, window, smem_bytes, mode,
+              out);
     return out;
   };
   // The fused kernels, or the ATen chain where that is faster (cuda/path_choice.cuh).

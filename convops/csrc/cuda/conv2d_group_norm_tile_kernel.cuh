@@ -21,17 +21,6 @@ struct MmaTraits {
   static constexpr int kStep = kMode == MmaMode::kTf32x3 ? 8 : 16;
 };
 
-template <MmaMode kMode>
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  if constexpr (kMode == MmaMode::kBf16) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-}
-
 // One k-step of the warp's 32 x 32 tile: acc[mi][ni] += A(pixels, k0..) * B(k0.., channels).
 // A element (pixel m, k) is patch[pixel_offset(m) + koff[k]]: the im2col matrix is never materialized.
 template <MmaMode kMode>
@@ -371,7 +360,7 @@ __global__ void __launch_bounds__(kThreads, 3) conv_pool_stats_kernel(const Conv
             for (int c = c_lo; c < c_hi; ++c) code |= sign_classes(plane[r * p.tile_w + c]);
         }
         const int64_t out =
-            ((static_cast<int64_t>(n) * p.out_channels + co0 + ch) * p.pooled_h + pr) * p.pooled_w + pc;
+            ((static_cast<int64_t>(n) * p.out_channels + co0 + ch) * p.pooled_h + pr) * p.ext_w + pc;
         if (!p.atomic_pool) {
           p.extremum[out] = code;
         } else if (sign != 0.f) {
