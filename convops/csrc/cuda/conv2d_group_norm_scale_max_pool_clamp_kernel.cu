@@ -128,10 +128,10 @@ void set_divisors(ConvPoolParams& p) {
 }
 
 // The window kernel (conv2d_group_norm_window_kernel.cuh) where it applies: stride 1, dilation 1, a 3x3 filter,
-// square 2x2 or 4x4 pools, and its weights and patch in at most kWindowSmemBytes (two CTAs an SM). Sets its tiling
-// (16 x 16 tiles, whole pool windows) and returns its shared-memory bytes, or returns 0. CONVOPS_GN_KERNEL=tile
-// turns it off (read once), for timing the two kernels against each other.
-constexpr int kWindowSmemBytes = 110 * 1024;
+// square 2x2 or 4x4 pools, and its weights, patch and moments in at most kWindowSmemBytes (one or two CTAs an SM).
+// Sets its tiling (16 x 16 tiles, whole pool windows) and returns its shared-memory bytes, or returns 0.
+// CONVOPS_GN_KERNEL=tile turns it off (read once), for timing the two kernels against each other.
+constexpr int kWindowSmemBytes = 200 * 1024;
 
 template <MmaMode kMode, int kPool>
 int window_smem_bytes(int64_t in_channels) {
@@ -181,9 +181,9 @@ bool fits_int32(const ConvGnPoolGeometry& g, const ConvPoolParams& p) {
 // Persistent grid: as many CTAs as fit on the device at once (per channel tile), each looping over (image, spatial
 // tile) items.
 template <typename Kernel>
-dim3 persistent_grid(Kernel kernel, const ConvPoolParams& p, int64_t batch, int smem_bytes) {
+dim3 persistent_grid(Kernel kernel, int threads, const ConvPoolParams& p, int64_t batch, int smem_bytes) {
   int per_sm = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes));
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes));
   const int64_t items = batch * p.spatial_tiles;
   const int64_t resident =
       std::max<int64_t>(1, static_cast<int64_t>(cuda::multiprocessor_count()) * std::max(per_sm, 1) /
@@ -197,11 +197,12 @@ void launch(ConvPoolParams& p, const ConvGnPoolGeometry& g, bool window, int sme
     auto* kernel = g.pool_h == 4 ? cuda::gn_pool::window::conv_pool_window_kernel<T, kMode, 3, 3, 4>
                                  : cuda::gn_pool::window::conv_pool_window_kernel<T, kMode, 3, 3, 2>;
     cuda::allow_dynamic_shared_memory(kernel, smem_bytes);
-    kernel<<<persistent_grid(kernel, p, g.batch, smem_bytes), kThreads, smem_bytes, stream>>>(p);
+    constexpr int threads = cuda::gn_pool::window::Warps<kMode>::kThreads;
+    kernel<<<persistent_grid(kernel, threads, p, g.batch, smem_bytes), threads, smem_bytes, stream>>>(p);
   } else {
     auto* kernel = cuda::gn_pool::conv_pool_stats_kernel<T, kMode>;
     cuda::allow_dynamic_shared_memory(kernel, smem_bytes);
-    kernel<<<persistent_grid(kernel, p, g.batch, smem_bytes), kThreads, smem_bytes, stream>>>(p);
+    kernel<<<persistent_grid(kernel, kThreads, p, g.batch, smem_bytes), kThreads, smem_bytes, stream>>>(p);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   cuda::gn_pool::finalize_kernel<T><<<static_cast<unsigned>(g.batch * g.num_groups), kThreads, 0, stream>>>(p);

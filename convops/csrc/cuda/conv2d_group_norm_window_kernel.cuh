@@ -24,13 +24,26 @@ namespace gn_pool {
 namespace window {
 
 constexpr int kTile = 16;                // a CTA tile: 16 x 16 conv output pixels
-constexpr int kPixelWarps = 4;           // warp_m: tile rows 4 warp_m ... + 3
 constexpr int kChannelWarps = 2;         // warp_n: couts 32 warp_n ... + 31 of the 64-channel tile
 constexpr int kWarpCouts = kTileN / kChannelWarps;  // 32: four n8 blocks
-constexpr int kBlocks = 4;               // m16 blocks of a warp: tile columns 4 mb ... + 3
 constexpr int kChunk = 8;                // input channels a patch pixel record holds
 constexpr int kRunFloats = 16;           // a thread's running moments in shared memory: 8 channels x (mean, M2)
-static_assert(kPixelWarps * kChannelWarps * 32 == kThreads, "the CTA's warps");
+
+// How a CTA's warps split a tile, per MMA mode: warp (warp_m, warp_n) has kBlocks m16 blocks side by side, 4 rows x
+// 4 kBlocks columns of the tile, times 32 couts (16 kBlocks accumulators a thread). Measured on the seed (H200):
+//   16-bit: 8 warps of 4 blocks, two CTAs an SM (0.289 ms in bf16; one CTA of 16 warps of 2 blocks, without the
+//     first's few spills: 0.324, as one CTA's patch loads no longer overlap the other's MMAs);
+//   3xTF32: 16 warps of 2 blocks, one CTA an SM (0.511 ms; 8 warps of 4 blocks spilled ~100 bytes a thread at the
+//     128-register cap: 0.520).
+template <MmaMode kMode>
+struct Warps {
+  static constexpr int kBlocks = kMode != MmaMode::kTf32x3 ? 4 : 2;
+  static constexpr int kPixelWarps = kTile * kTile / (16 * kBlocks);
+  static constexpr int kAcross = 4 / kBlocks;  // warps side by side in a band of 4 tile rows
+  static constexpr int kThreads = kPixelWarps * kChannelWarps * 32;
+  static constexpr int kCtasPerSm = kBlocks == 4 ? 2 : 1;  // 128 registers a thread either way
+  static_assert(kAcross * kBlocks == 4 && kPixelWarps * kBlocks * 16 == kTile * kTile, "the tile's pixels");
+};
 
 // The operands of each MMA mode: the patch and the weights in shared memory.
 //   bf16 / fp16: a pixel record is 8 16-bit channels (16 bytes); a k16 step covers two taps of a channel chunk, so
@@ -83,8 +96,8 @@ struct Layout {
     bias = patch + chunks * P::kPixels * Operands<kMode>::kRecordBytes;
     sign = bias + kTileN * 4;
     flush = sign + kTileN * 4;
-    run = flush + 3 * kPixelWarps * kTileN * 4;
-    total = run + kRunFloats * kThreads * 4;
+    run = flush + 3 * Warps<kMode>::kPixelWarps * kTileN * 4;
+    total = run + kRunFloats * Warps<kMode>::kThreads * 4;
   }
 };
 
@@ -159,6 +172,7 @@ __device__ __forceinline__ uint32_t window_code(float y, float neg, bool sign0) 
 // pixels it has seen (the same for all its channels) in a register, the mean and M2 of y per channel in shared
 // memory (column tid of rows 2 (2 ni + q) and 2 (2 ni + q) + 1: conflict-free), where they cost no registers across
 // the main loop (the 3xTF32 loop spilled with them in registers).
+template <int kThreads>
 struct RunningMoments {
   float count;
   float* column;  // s_run + tid
@@ -168,8 +182,8 @@ struct RunningMoments {
 
 // Merges the tile's values of the thread (acc[mb][ni][q + 2 h], where valid[mb][h]) into the running moments: per
 // channel the tile's exact mean and M2 of deviations from it, then Chan's merge.
-template <bool kEdge>
-__device__ __forceinline__ void add_tile_moments(RunningMoments& run, const float (&acc)[kBlocks][4][4],
+template <bool kEdge, int kBlocks, typename Run>
+__device__ __forceinline__ void add_tile_moments(Run& run, const float (&acc)[kBlocks][4][4],
                                                  const bool (&valid)[kBlocks][2]) {
   float n = 2.f * kBlocks;
   if constexpr (kEdge) {
@@ -178,9 +192,12 @@ __device__ __forceinline__ void add_tile_moments(RunningMoments& run, const floa
     for (int mb = 0; mb < kBlocks; ++mb) n += (valid[mb][0] ? 1.f : 0.f) + (valid[mb][1] ? 1.f : 0.f);
     if (n == 0.f) return;
   }
-  const float inv_n = kEdge ? 1.f / n : 1.f / (2.f * kBlocks);
+  // Reciprocals rather than IEEE divisions, whose slow-path call made ptxas keep a stack frame and spill around it
+  // on every tile (ncu: 2.3 M local-memory requests on the bf16 seed); a last-bit error in a weight of the mean
+  // merge is far below what the fp32 sums carry anyway.
+  const float inv_n = kEdge ? __frcp_rn(n) : 1.f / (2.f * kBlocks);
   const float total = run.count + n;
-  const float w = n / total;          // the tile's weight in the merged mean
+  const float w = n * __frcp_rn(total);  // the tile's weight in the merged mean
   const float cross = run.count * w;  // n_a n_b / (n_a + n_b)
   const bool first = run.count == 0.f;
 #pragma unroll
@@ -232,7 +249,7 @@ __device__ __forceinline__ void load_patch(const ConvPoolParams& p, unsigned cha
   const T* input = static_cast<const T*>(p.input);
   const int64_t sc = p.in_stride[1];
   const int count = chunks * P::kRows * P::kCols;
-  for (int i = threadIdx.x; i < count; i += kThreads) {
+  for (int i = threadIdx.x; i < count; i += Warps<kMode>::kThreads) {
     const int chunk = i / (P::kRows * P::kCols), pixel = i % (P::kRows * P::kCols);
     const int py = pixel / P::kCols, px = pixel % P::kCols;
     const int iy = iy0 + py, ix = ix0 + px, c0 = chunk * kChunk;
@@ -277,12 +294,12 @@ __device__ __forceinline__ void load_weights(const ConvPoolParams& p, uint32_t* 
   };
   if constexpr (Operands<kMode>::kHalf) {
     const int pairs = k_total / 2;
-    for (int i = threadIdx.x; i < kTileN * pairs; i += kThreads) {
+    for (int i = threadIdx.x; i < kTileN * pairs; i += Warps<kMode>::kThreads) {
       const int nn = i / pairs, kp = i % pairs;
       words[nn * L.weight_pitch + kp] = pack_half2<kMode>(weight(nn, 2 * kp), weight(nn, 2 * kp + 1));
     }
   } else {
-    for (int i = threadIdx.x; i < kTileN * k_total; i += kThreads) {
+    for (int i = threadIdx.x; i < kTileN * k_total; i += Warps<kMode>::kThreads) {
       const int nn = i / k_total, k = i % k_total;
       // Channels t and t + 4 of a tap side by side (0 4 1 5 2 6 3 7): slot 2 (c % 4) + c / 4 of the tap's 8.
       const int cc = k % kChunk, slot = k - cc + 2 * (cc % 4) + cc / 4;
@@ -298,15 +315,16 @@ __device__ __forceinline__ void load_weights(const ConvPoolParams& p, uint32_t* 
 // patch_at[h]: the byte offset of the thread's pixel (h, g) of block 0 (tap (0, 0)) in the chunk's patch; b_row: the
 // word offset of the thread's weight row (cout 8 ni + g of the warp's 32 is b_row + 8 ni pitch).
 template <MmaMode kMode, int KH, int KW, int kPool>
-__device__ __forceinline__ void chunk_mma(float (&acc)[kBlocks][4][4], const unsigned char* patch,
+__device__ __forceinline__ void chunk_mma(float (&acc)[Warps<kMode>::kBlocks][4][4], const unsigned char* patch,
                                           const uint32_t* weights, int weight_pitch, int k_base,
                                           const int (&patch_at)[2], int b_row, int t) {
   using P = Patch<kMode, KH, KW, kPool>;
-  constexpr int kRecord = Operands<kMode>::kRecordBytes;
+  constexpr int kRecord = Operands<kMode>::kRecordBytes, kBlocks = Warps<kMode>::kBlocks;
   // Byte offset of tap `tap` in block mb: compile-time, added to the row's base.
   const auto at = [](int mb, int tap) { return (4 * mb + (tap / KW) * P::kPitch + tap % KW) * kRecord; };
   if constexpr (Operands<kMode>::kHalf) {
-#pragma unroll
+    // Rolled, as the 3xTF32 loop below: unrolled, ptxas hoisted the next steps' loads and spilled.
+#pragma unroll 1
     for (int s = 0; s < P::kStepTaps / 2; ++s) {
       const int tap0 = 2 * s, tap1 = 2 * s + 1;
       uint32_t b[4][2];
@@ -339,30 +357,37 @@ __device__ __forceinline__ void chunk_mma(float (&acc)[kBlocks][4][4], const uns
     }
   } else {
     const uint32_t* lo_weights = weights + kTileN * weight_pitch;
+    // One filter row an iteration: unrolled over all taps, ptxas hoisted the next taps' loads and spilled at the
+    // 128-register cap of 512 threads.
+#pragma unroll 1
+    for (int ky = 0; ky < KH; ++ky) {
+      const unsigned char* const row = patch + ky * P::kPitch * kRecord;
 #pragma unroll
-    for (int tap = 0; tap < P::kTaps; ++tap) {
-      uint32_t bh[4][2], bl[4][2];
-#pragma unroll
-      for (int ni = 0; ni < 4; ++ni) {
-        const int word = b_row + 8 * ni * weight_pitch + k_base + 8 * tap + 2 * t;
-        const uint2 h = *reinterpret_cast<const uint2*>(weights + word);
-        const uint2 l = *reinterpret_cast<const uint2*>(lo_weights + word);
-        bh[ni][0] = h.x, bh[ni][1] = h.y, bl[ni][0] = l.x, bl[ni][1] = l.y;
-      }
-#pragma unroll
-      for (int mb = 0; mb < kBlocks; ++mb) {
-        const float2 x0 = *reinterpret_cast<const float2*>(patch + patch_at[0] + at(mb, tap) + 8 * t);
-        const float2 x1 = *reinterpret_cast<const float2*>(patch + patch_at[1] + at(mb, tap) + 8 * t);
-        uint32_t ah[4], al[4];
-        split_tf32(x0.x, ah[0], al[0]);  // (g, channel t)
-        split_tf32(x1.x, ah[1], al[1]);  // (g + 8, t)
-        split_tf32(x0.y, ah[2], al[2]);  // (g, t + 4)
-        split_tf32(x1.y, ah[3], al[3]);  // (g + 8, t + 4)
+      for (int kx = 0; kx < KW; ++kx) {
+        const int tap = ky * KW + kx;
+        uint32_t bh[4][2], bl[4][2];
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-          mma_m16n8k8_tf32(acc[mb][ni], al, bh[ni]);
-          mma_m16n8k8_tf32(acc[mb][ni], ah, bl[ni]);
-          mma_m16n8k8_tf32(acc[mb][ni], ah, bh[ni]);
+          const int word = b_row + 8 * ni * weight_pitch + k_base + 8 * tap + 2 * t;
+          const uint2 h = *reinterpret_cast<const uint2*>(weights + word);
+          const uint2 l = *reinterpret_cast<const uint2*>(lo_weights + word);
+          bh[ni][0] = h.x, bh[ni][1] = h.y, bl[ni][0] = l.x, bl[ni][1] = l.y;
+        }
+#pragma unroll
+        for (int mb = 0; mb < kBlocks; ++mb) {
+          const float2 x0 = *reinterpret_cast<const float2*>(row + patch_at[0] + at(mb, kx) + 8 * t);
+          const float2 x1 = *reinterpret_cast<const float2*>(row + patch_at[1] + at(mb, kx) + 8 * t);
+          uint32_t ah[4], al[4];
+          split_tf32(x0.x, ah[0], al[0]);  // (g, channel t)
+          split_tf32(x1.x, ah[1], al[1]);  // (g + 8, t)
+          split_tf32(x0.y, ah[2], al[2]);  // (g, t + 4)
+          split_tf32(x1.y, ah[3], al[3]);  // (g + 8, t + 4)
+#pragma unroll
+          for (int ni = 0; ni < 4; ++ni) {
+            mma_m16n8k8_tf32(acc[mb][ni], al, bh[ni]);
+            mma_m16n8k8_tf32(acc[mb][ni], ah, bl[ni]);
+            mma_m16n8k8_tf32(acc[mb][ni], ah, bh[ni]);
+          }
         }
       }
     }
@@ -376,13 +401,16 @@ __device__ __forceinline__ void item_range(int items, int& begin, int& end) {
   end = static_cast<int>(int64_t{items} * (blockIdx.x + 1) / gridDim.x);
 }
 
-// Persistent: CTA (x, y) handles channel tile y of its range of (image, spatial tile) items. Spatial tiles are 16 x
-// 16 (p.tile_h = p.tile_w = 16, whole pool windows); partials gets an entry for every item (count 0 but for the last
+// Persistent: CTA (x, y), Warps::kThreads threads, handles channel tile y of its range of (image, spatial tile)
+// items. Spatial tiles are 16 x 16 (p.tile_h = p.tile_w = 16, whole pool windows); partials gets an entry for every item (count 0 but for the last
 // item of each image in the range, which holds the range's moments of that image).
 template <typename T, MmaMode kMode, int KH, int KW, int kPool>
-__global__ void __launch_bounds__(kThreads, 2) conv_pool_window_kernel(const ConvPoolParams p) {
+__global__ void __launch_bounds__(Warps<kMode>::kThreads, Warps<kMode>::kCtasPerSm)
+    conv_pool_window_kernel(const ConvPoolParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   using P = Patch<kMode, KH, KW, kPool>;
+  constexpr int kBlocks = Warps<kMode>::kBlocks, kPixelWarps = Warps<kMode>::kPixelWarps;
+  constexpr int kThreads = Warps<kMode>::kThreads;
   const Layout<kMode, KH, KW, kPool> L(p.in_channels);
   uint32_t* weights = reinterpret_cast<uint32_t*>(smem + L.weights);
   unsigned char* patch = smem + L.patch;
@@ -411,16 +439,20 @@ __global__ void __launch_bounds__(kThreads, 2) conv_pool_window_kernel(const Con
 
   // The thread's fragment rows: pixel (row h, column) of tile block mb is (pixel_row(h), 4 mb + g % 4); patch_at[h]
   // the byte offset of block 0's in the patch (block mb's is 4 mb records further).
-  const auto pixel_row = [&](int h) { return 4 * warp_m + block_row<kPool>(h, g); };
+  constexpr int kAcross = Warps<kMode>::kAcross;
+  const int warp_col = 4 * kBlocks * (warp_m % kAcross);  // the warp's first tile column
+  const auto pixel_row = [&](int h) { return 4 * (warp_m / kAcross) + block_row<kPool>(h, g); };
   int patch_at[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) patch_at[h] = (pixel_row(h) * P::kPitch + g % 4) * Operands<kMode>::kRecordBytes;
+  for (int h = 0; h < 2; ++h) {
+    patch_at[h] = (pixel_row(h) * P::kPitch + warp_col + g % 4) * Operands<kMode>::kRecordBytes;
+  }
   const int b_row = (warp_n * kWarpCouts + g) * L.weight_pitch;
 
   const int tiles_w = p.tiles_w, spatial_tiles = p.spatial_tiles;
   int begin, end;
   item_range(p.batch * spatial_tiles, begin, end);
-  RunningMoments run{0.f, reinterpret_cast<float*>(smem + L.run) + tid};
+  RunningMoments<kThreads> run{0.f, reinterpret_cast<float*>(smem + L.run) + tid};
   const int ext_plane = p.pooled_h * p.ext_w;
 
   for (int item = begin; item < end; ++item) {
@@ -454,16 +486,17 @@ __global__ void __launch_bounds__(kThreads, 2) conv_pool_window_kernel(const Con
 #pragma unroll
       for (int mb = 0; mb < kBlocks; ++mb)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) valid[mb][h] = y0 + pixel_row(h) < p.conv_h && x0 + 4 * mb + g % 4 < p.conv_w;
+        for (int h = 0; h < 2; ++h) valid[mb][h] = y0 + pixel_row(h) < p.conv_h && x0 + warp_col + 4 * mb + g % 4 < p.conv_w;
       add_tile_moments<true>(run, acc, valid);
     }
 
     // Window maxima -> the extremum buffer (rows of ext_w codes a channel plane).
     uint32_t* ext = p.extremum + (int64_t{n} * p.out_channels + co0 + warp_n * kWarpCouts) * ext_plane;
     if constexpr (kPool == 4) {
-      // Lane: channel value_channel(g, t) of the warp's windows (row pr, columns pc0 ... pc0 + 3): one 16-byte store
-      // (ext_w is a multiple of 4 and pc0 < pooled_w, so the row holds all four; those past pooled_w are unused).
-      const int pr = y0 / 4 + warp_m, pc0 = x0 / 4, ch = value_channel(g, t);
+      // Lane: channel value_channel(g, t) of the warp's windows (row pr, columns pc0 ... pc0 + kBlocks - 1): one 8- or
+      // 16-byte store (ext_w is a multiple of 4 and pc0 a multiple of kBlocks below pooled_w, so the row holds them
+      // all; those past pooled_w are unused).
+      const int pr = y0 / 4 + warp_m / kAcross, pc0 = (x0 + warp_col) / 4, ch = value_channel(g, t);
       uint32_t code[kBlocks];
 #pragma unroll
       for (int mb = 0; mb < kBlocks; ++mb) {
@@ -478,15 +511,19 @@ __global__ void __launch_bounds__(kThreads, 2) conv_pool_window_kernel(const Con
         code[mb] = window_code(v[0], neg, s_sign[warp_n * kWarpCouts + ch] == 0.f);
       }
       if (pr < p.pooled_h && pc0 < p.pooled_w && warp_n * kWarpCouts + ch < channels) {
-        *reinterpret_cast<uint4*>(ext + int64_t{ch} * ext_plane + pr * p.ext_w + pc0) =
-            make_uint4(code[0], code[1], code[2], code[3]);
+        uint32_t* const at = ext + int64_t{ch} * ext_plane + pr * p.ext_w + pc0;
+        if constexpr (kBlocks == 4) {
+          *reinterpret_cast<uint4*>(at) = make_uint4(code[0], code[1], code[2], code[3]);
+        } else {
+          *reinterpret_cast<uint2*>(at) = make_uint2(code[0], code[1]);
+        }
       }
     } else {
       // Lane: channels value_channel(4 (g % 2) + j, t), j < 4, of window (pr, pc) of each block.
-      const int pr = y0 / 2 + 2 * warp_m + g / 4;
+      const int pr = y0 / 2 + 2 * (warp_m / kAcross) + g / 4;
       const bool row_inside = pr < p.pooled_h;
       const auto store = [&](int mb, int j, uint32_t code) {
-        const int pc = x0 / 2 + 2 * mb + g / 2 % 2, ch = value_channel(4 * (g % 2) + j, t);
+        const int pc = (x0 + warp_col) / 2 + 2 * mb + g / 2 % 2, ch = value_channel(4 * (g % 2) + j, t);
         if (row_inside && pc < p.pooled_w && warp_n * kWarpCouts + ch < channels) {
           ext[int64_t{ch} * ext_plane + pr * p.ext_w + pc] = code;
         }
