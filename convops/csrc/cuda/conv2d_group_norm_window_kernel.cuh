@@ -73,6 +73,9 @@ struct Patch {
   static constexpr int kStepTaps = (kTaps + Operands<kMode>::kTapsPerStep - 1) / Operands<kMode>::kTapsPerStep *
                                    Operands<kMode>::kTapsPerStep;  // taps a chunk spans in K (16-bit: even)
   static constexpr int kChunkK = kStepTaps * kChunk;               // K of one channel chunk
+  // 16-bit with an odd tap count: the pad tap of chunk 0 carries the conv bias (A = 1 in its channel 0, B = the
+  // bias), so the accumulators start at zero instead of 64 moves a tile; a 16-bit bias times 1 is exact in fp32.
+  static constexpr bool kBiasInPadTap = Operands<kMode>::kHalf && kTaps % 2 == 1;
 };
 
 // Layout of the dynamic shared memory, in bytes (host and device agree).
@@ -218,16 +221,13 @@ __device__ __forceinline__ void add_tile_moments(Run& run, const float (&acc)[kB
           const float d = acc[mb][ni][q + 2 * h] - mean;
           m2 += (!kEdge || valid[mb][h]) ? d * d : 0.f;
         }
-      float& run_mean = run.mean(ni, q);
-      float& run_m2 = run.m2(ni, q);
-      if (first) {  // as is: the general formula would square a mean of up to ~1e38 against a zero one
-        run_mean = mean;
-        run_m2 = m2;
-      } else {
-        const float delta = mean - run_mean;
-        run_mean += delta * w;
-        run_m2 += m2 + delta * delta * cross;
-      }
+      // The first tile's moments are taken as they are (the general formula would square a mean of up to ~1e38
+      // against whatever the shared memory held): selected, not branched on, so that the loads and the arithmetic
+      // of all channels interleave.
+      const float run_mean = run.mean(ni, q), run_m2 = run.m2(ni, q);
+      const float delta = mean - run_mean;
+      run.mean(ni, q) = first ? mean : run_mean + delta * w;
+      run.m2(ni, q) = first ? m2 : run_m2 + m2 + delta * delta * cross;
     }
   run.count = total;
 }
@@ -242,12 +242,47 @@ __device__ __forceinline__ void merge_with_lane(float& count, float& mean, float
 
 // The patch of one tile: input rows iy0 ... + kRows - 1, columns ix0 ... + kCols - 1 of image n, every channel chunk,
 // zero outside the image and past the input's channels, as pixel records (Operands).
+template <MmaMode kMode>
+__device__ __forceinline__ void store_record(unsigned char* dst, const float (&v)[kChunk]) {
+  if constexpr (Operands<kMode>::kHalf) {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(pack_half2<kMode>(v[0], v[1]), pack_half2<kMode>(v[2], v[3]),
+                                                pack_half2<kMode>(v[4], v[5]), pack_half2<kMode>(v[6], v[7]));
+  } else {
+    reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[4], v[1], v[5]);
+    reinterpret_cast<float4*>(dst)[1] = make_float4(v[2], v[6], v[3], v[7]);
+  }
+}
+
 template <typename T, MmaMode kMode, int KH, int KW, int kPool>
 __device__ __forceinline__ void load_patch(const ConvPoolParams& p, unsigned char* patch, int chunks, int64_t n,
                                            int iy0, int ix0) {
   using P = Patch<kMode, KH, KW, kPool>;
+  constexpr int kThreads = Warps<kMode>::kThreads, kGrid = P::kRows * P::kCols;
   const T* input = static_cast<const T*>(p.input);
   const int64_t sc = p.in_stride[1];
+  if (chunks == 1) {
+    // One chunk (at most 8 channels: the seed's): a thread's pixels are tid + r kThreads of the grid, their channels
+    // one pointer step apart; only the tile's origin changes from tile to tile (the general loop below spent ~170
+    // instructions a pixel on 64-bit index arithmetic, SASS of the bf16 kernel).
+    const T* image = input + n * p.in_stride[0];
+    const int channels = min(p.in_channels, kChunk);
+#pragma unroll
+    for (int r = 0; r < (kGrid + kThreads - 1) / kThreads; ++r) {
+      const int pixel = threadIdx.x + r * kThreads;
+      if (kGrid % kThreads != 0 && pixel >= kGrid) break;
+      const int py = pixel / P::kCols, px = pixel % P::kCols, iy = iy0 + py, ix = ix0 + px;
+      const bool inside = iy >= 0 && iy < p.in_h && ix >= 0 && ix < p.in_w;
+      const T* src = image + int64_t{iy} * p.in_stride[2] + int64_t{ix} * p.in_stride[3];
+      float v[kChunk];
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        v[j] = inside && j < channels ? static_cast<float>(*src) : 0.f;
+        src += sc;
+      }
+      store_record<kMode>(patch + (py * P::kPitch + px) * Operands<kMode>::kRecordBytes, v);
+    }
+    return;
+  }
   const int count = chunks * P::kRows * P::kCols;
   for (int i = threadIdx.x; i < count; i += Warps<kMode>::kThreads) {
     const int chunk = i / (P::kRows * P::kCols), pixel = i % (P::kRows * P::kCols);
@@ -263,22 +298,13 @@ __device__ __forceinline__ void load_patch(const ConvPoolParams& p, unsigned cha
     }
     unsigned char* dst =
         patch + (size_t(chunk) * P::kPixels + py * P::kPitch + px) * Operands<kMode>::kRecordBytes;
-    if constexpr (Operands<kMode>::kHalf) {
-      uint4 r;
-      r.x = pack_half2<kMode>(v[0], v[1]);
-      r.y = pack_half2<kMode>(v[2], v[3]);
-      r.z = pack_half2<kMode>(v[4], v[5]);
-      r.w = pack_half2<kMode>(v[6], v[7]);
-      *reinterpret_cast<uint4*>(dst) = r;
-    } else {
-      reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[4], v[1], v[5]);
-      reinterpret_cast<float4*>(dst)[1] = make_float4(v[2], v[6], v[3], v[7]);
-    }
+    store_record<kMode>(dst, v);
   }
 }
 
 // The 64-channel tile's weights times the channel folds (sign, +1 for sign 0), as the B operand (Operands), once per
-// CTA: one 32-bit word a thread at a time, zeros past the problem's couts and channels and in the pad tap.
+// CTA: one 32-bit word a thread at a time, zeros past the problem's couts and channels, and in the pad tap zeros or
+// the folded conv bias (Patch::kBiasInPadTap).
 template <typename T, MmaMode kMode, int KH, int KW, int kPool>
 __device__ __forceinline__ void load_weights(const ConvPoolParams& p, uint32_t* words, const float* sign,
                                              const Layout<kMode, KH, KW, kPool>& L, int co0) {
@@ -287,8 +313,12 @@ __device__ __forceinline__ void load_weights(const ConvPoolParams& p, uint32_t* 
   const auto weight = [&](int nn, int k) {  // B(k, cout co0 + nn)
     const int chunk = k / P::kChunkK, tap = k % P::kChunkK / kChunk, c = chunk * kChunk + k % kChunk;
     const int co = co0 + nn;
-    if (co >= p.out_channels || c >= p.in_channels || tap >= P::kTaps) return 0.f;
     const float fold = sign[nn] == 0.f ? 1.f : sign[nn];
+    if (co >= p.out_channels) return 0.f;
+    if (tap >= P::kTaps) {  // the pad tap: zero, or the bias (Patch::kBiasInPadTap)
+      return P::kBiasInPadTap && c == 0 && p.bias != nullptr ? fold * load_float<T>(p.bias, co) : 0.f;
+    }
+    if (c >= p.in_channels) return 0.f;
     return fold * load_float<T>(p.weight, co * p.w_stride[0] + c * p.w_stride[1] + (tap / KW) * p.w_stride[2] +
                                               (tap % KW) * p.w_stride[3]);
   };
@@ -323,6 +353,9 @@ __device__ __forceinline__ void chunk_mma(float (&acc)[Warps<kMode>::kBlocks][4]
   // Byte offset of tap `tap` in block mb: compile-time, added to the row's base.
   const auto at = [](int mb, int tap) { return (4 * mb + (tap / KW) * P::kPitch + tap % KW) * kRecord; };
   if constexpr (Operands<kMode>::kHalf) {
+    // The pad tap's A: 1 in channel 0 of chunk 0 where it carries the bias (fragment k = 8 is lane t = 0's low half
+    // in registers 2 and 3), zero elsewhere.
+    const uint32_t pad_a = P::kBiasInPadTap && k_base == 0 && t == 0 ? pack_half2<kMode>(1.f, 0.f) : 0u;
     // Rolled, as the 3xTF32 loop below: unrolled, ptxas hoisted the next steps' loads and spilled.
 #pragma unroll 1
     for (int s = 0; s < P::kStepTaps / 2; ++s) {
@@ -343,7 +376,7 @@ __device__ __forceinline__ void chunk_mma(float (&acc)[Warps<kMode>::kBlocks][4]
           a[2] = *reinterpret_cast<const uint32_t*>(patch + patch_at[0] + at(mb, tap1) + 4 * t);
           a[3] = *reinterpret_cast<const uint32_t*>(patch + patch_at[1] + at(mb, tap1) + 4 * t);
         } else {
-          a[2] = a[3] = 0u;  // the pad tap (its weights are zero too; a zero A keeps Inf / NaN inputs out of it)
+          a[2] = a[3] = pad_a;  // the pad tap: no input (a zero A keeps Inf / NaN inputs out of it), or the bias's 1
         }
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
@@ -467,7 +500,7 @@ __global__ void __launch_bounds__(Warps<kMode>::kThreads, Warps<kMode>::kCtasPer
     for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const float b = s_bias[warp_n * kWarpCouts + 8 * ni + 2 * t + r % 2];
+        const float b = P::kBiasInPadTap ? 0.f : s_bias[warp_n * kWarpCouts + 8 * ni + 2 * t + r % 2];
 #pragma unroll
         for (int mb = 0; mb < kBlocks; ++mb) acc[mb][ni][r] = b;
       }
