@@ -110,15 +110,15 @@ def test_cuda_fp32_tf32_on_and_off(case, tf32):
 # with everything its tiling has to get right: 37 x 45 conv outputs (edge tiles of its 16 x 16 tiles both ways, and
 # rows / columns the pool drops), 11 input channels (two channel chunks, the second mostly padding), 80 outputs (two
 # channel tiles, group 12 of 16 split between them: 5 channels a group), 40 images (several a persistent CTA's item
-# range, which then crosses images).
-WINDOW_CASES = [(40, 11, 37, 45, 80, (3, 3), (1, 1), (1, 1), (1, 1), True, 16, (pool, pool), (-0.5, 0.8), (80, 1, 1),
-                 True) for pool in (2, 4)]
+# range, which then crosses images); with a conv bias (which the 16-bit kernels add through the pad tap) and without.
+WINDOW_CASES = [(40, 11, 37, 45, 80, (3, 3), (1, 1), (1, 1), (1, 1), pool == 4, 16, (pool, pool), (-0.5, 0.8),
+                 (80, 1, 1), True) for pool in (2, 4)]
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("case", WINDOW_CASES, ids=["pool2", "pool4"])
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=["pool2_no_bias", "pool4_bias"])
 def test_cuda_window_kernel_shapes(case, dtype, layout):
     with allow_tf32(False):
         check_against_reference(case, dtype, "cuda", layout)
@@ -186,8 +186,8 @@ def test_uniform_scale_zero_gamma(device):
 
 # How test_infinite_gamma_propagates_like_aten varies the problem around GroupNorm weights of +Inf (channel 1) and -Inf
 # (channel 6).
-INFINITE_GAMMA_VARIANTS = ["plain", "pixelwise_pool", "pool4", "negative_scale", "zero_scale", "infinite_beta",
-                           "no_beta", "clamped", "nan_gamma"]
+INFINITE_GAMMA_VARIANTS = ["plain", "pixelwise_pool", "pool4", "bf16", "negative_scale", "zero_scale",
+                           "infinite_beta", "no_beta", "clamped", "nan_gamma"]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -199,7 +199,7 @@ def test_infinite_gamma_propagates_like_aten(device, variant):
     pool = {"pixelwise_pool": (1, 1), "pool4": (4, 4)}.get(variant, (2, 2))
     lo_hi = (-0.5, 0.5) if variant == "clamped" else (None, None)
     case = (2, 3, 13, 14, 8, (3, 3), (1, 1), (1, 1), (1, 1), True, 4, pool, lo_hi, (8, 1, 1), True)
-    args = list(make_problem(case, torch.float32, device))
+    args = list(make_problem(case, torch.bfloat16 if variant == "bf16" else torch.float32, device))
     gamma, beta, scale = (args[i].detach().clone() for i in (7, 8, 10))
     gamma[1], gamma[6] = float("inf"), float("-inf")
     if variant == "negative_scale":

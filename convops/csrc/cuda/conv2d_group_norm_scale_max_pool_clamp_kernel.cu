@@ -102,7 +102,7 @@ int choose_chunk(const ConvGnPoolGeometry& g, int k_step, ConvPoolParams& p) {
   int chunk = static_cast<int>(std::min<int64_t>(g.in_channels, 256));
   while (chunk > 1 && layout_smem(g, chunk, k_step, p) > kTargetSmemBytes) chunk = (chunk + 1) / 2;
   const int bytes = layout_smem(g, chunk, k_step, p);
-  return bytes <= kMaxSmemBytes ? bytes : 0;
+  return bytes <= std::min(kMaxSmemBytes, cuda::max_shared_memory_per_block()) ? bytes : 0;
 }
 
 // The divisors of the tile kernel's index arithmetic (ConvPoolParams), once the tile and the chunk are chosen.
@@ -145,13 +145,15 @@ int plan_window_kernel(const ConvGnPoolGeometry& g, MmaMode mode, ConvPoolParams
   }();
   if (!enabled || g.stride_h != 1 || g.stride_w != 1 || g.dilation_h != 1 || g.dilation_w != 1) return 0;
   if (g.kernel_h != 3 || g.kernel_w != 3 || g.pool_h != g.pool_w || (g.pool_h != 2 && g.pool_h != 4)) return 0;
-  if (g.in_channels > 256) return 0;
+  if (g.in_channels > 256) return 0;  // (before Layout's int arithmetic; the size check below is far tighter)
   const bool half = mode != MmaMode::kTf32x3;
   const int bytes = g.pool_h == 4 ? (half ? window_smem_bytes<MmaMode::kBf16, 4>(g.in_channels)
                                           : window_smem_bytes<MmaMode::kTf32x3, 4>(g.in_channels))
                                   : (half ? window_smem_bytes<MmaMode::kBf16, 2>(g.in_channels)
                                           : window_smem_bytes<MmaMode::kTf32x3, 2>(g.in_channels));
-  if (bytes > kWindowSmemBytes) return 0;
+  // The device's opt-in limit too: 227 KB on sm_90, 163 KB on sm_80, 99 KB on sm_86 / sm_89, where a larger request
+  // would fail at launch instead of falling back to the tile kernel.
+  if (bytes > std::min(kWindowSmemBytes, cuda::max_shared_memory_per_block())) return 0;
   using cuda::gn_pool::window::kTile;
   p.tile_h = p.tile_w = kTile;
   p.atomic_pool = false;
@@ -221,7 +223,7 @@ void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::opt
   const at::Tensor gamma_c = gn_weight.has_value() && gn_weight->defined() ? flat(*gn_weight) : at::Tensor();
   const at::Tensor beta_c = gn_bias.has_value() && gn_bias->defined() ? flat(*gn_bias) : at::Tensor();
   const at::Tensor scale_c = flat(scale);
-  // The window kernel stores a lane's four windows as one 16-byte vector: rows of a multiple of 4 codes.
+  // The window kernel stores a lane's windows of a row as one 8- or 16-byte vector: rows of a multiple of 4 codes.
   p.ext_w = static_cast<int>(window ? (g.pooled_w + 3) / 4 * 4 : g.pooled_w);
   at::Tensor extremum = at::empty({g.batch, g.out_channels, g.pooled_h, p.ext_w}, input.options().dtype(at::kInt));
   at::Tensor partials =

@@ -1,7 +1,9 @@
-// Kernel 1 of convops::conv2d_group_norm_scale_max_pool_clamp for its common shape (stride 1, dilation 1, 3x3 or 5x5
-// filters, 2x2 or 4x4 pools, few input channels): the "window" kernel. It produces what the general tile kernel
-// (conv2d_group_norm_tile_kernel.cuh) produces, the pooled extrema and the per-tile group moments that
-// finalize_kernel turns into the output, with the work per output a fraction of the tile kernel's:
+// Kernel 1 of convops::conv2d_group_norm_scale_max_pool_clamp for its common shape (stride 1, dilation 1, 3x3
+// filters (the code takes any KH x KW; only 3x3 is instantiated), 2x2 or 4x4 pools, few input channels): the "window"
+// kernel. It produces what the general tile kernel (conv2d_group_norm_tile_kernel.cuh) produces, the pooled extrema
+// and group moments that finalize_kernel turns into the output (here one set of moments per image a CTA's item range
+// meets, at its last item there, where the tile kernel writes one a tile), with the work per output a fraction of the
+// tile kernel's:
 //   - pixels in pool-window order: each MMA block of 16 rows is a 4 x 4 square of the conv output (one 4 x 4 window,
 //     or four 2 x 2 windows) laid out so that a window's pixels sit in one thread's two fragment rows and in lanes a
 //     power of two apart. A window's max is then one register max and a shuffle butterfly (pool_windows), where the
@@ -30,7 +32,8 @@ constexpr int kChunk = 8;                // input channels a patch pixel record 
 constexpr int kRunFloats = 16;           // a thread's running moments in shared memory: 8 channels x (mean, M2)
 
 // How a CTA's warps split a tile, per MMA mode: warp (warp_m, warp_n) has kBlocks m16 blocks side by side, 4 rows x
-// 4 kBlocks columns of the tile, times 32 couts (16 kBlocks accumulators a thread). Measured on the seed (H200):
+// 4 kBlocks columns of the tile, times 32 couts (16 kBlocks accumulators a thread). Measured on the seed (H200,
+// 2026-11-27, before the last instruction cuts; bench/PERF_NOTES.md):
 //   16-bit: 8 warps of 4 blocks, two CTAs an SM (0.289 ms in bf16; one CTA of 16 warps of 2 blocks, without the
 //     first's few spills: 0.324, as one CTA's patch loads no longer overlap the other's MMAs);
 //   3xTF32: 16 warps of 2 blocks, one CTA an SM (0.511 ms; 8 warps of 4 blocks spilled ~100 bytes a thread at the
@@ -350,7 +353,7 @@ __device__ __forceinline__ void chunk_mma(float (&acc)[Warps<kMode>::kBlocks][4]
                                           const int (&patch_at)[2], int b_row, int t) {
   using P = Patch<kMode, KH, KW, kPool>;
   constexpr int kRecord = Operands<kMode>::kRecordBytes, kBlocks = Warps<kMode>::kBlocks;
-  // Byte offset of tap `tap` in block mb: compile-time, added to the row's base.
+  // Byte offset of tap `tap` in block mb (compile-time where the tap loop is unrolled), added to the row's base.
   const auto at = [](int mb, int tap) { return (4 * mb + (tap / KW) * P::kPitch + tap % KW) * kRecord; };
   if constexpr (Operands<kMode>::kHalf) {
     // The pad tap's A: 1 in channel 0 of chunk 0 where it carries the bias (fragment k = 8 is lane t = 0's low half
@@ -470,8 +473,8 @@ __global__ void __launch_bounds__(Warps<kMode>::kThreads, Warps<kMode>::kCtasPer
   for (int i = 0; i < channels; ++i) any_sign0 |= s_sign[i] == 0.f;
   load_weights<T, kMode, KH, KW, kPool>(p, weights, s_sign, L, co0);
 
-  // The thread's fragment rows: pixel (row h, column) of tile block mb is (pixel_row(h), 4 mb + g % 4); patch_at[h]
-  // the byte offset of block 0's in the patch (block mb's is 4 mb records further).
+  // The thread's fragment rows: pixel (row h, column) of tile block mb is (pixel_row(h), warp_col + 4 mb + g % 4);
+  // patch_at[h] is the byte offset of block 0's in the patch (block mb's is 4 mb records further).
   constexpr int kAcross = Warps<kMode>::kAcross;
   const int warp_col = 4 * kBlocks * (warp_m % kAcross);  // the warp's first tile column
   const auto pixel_row = [&](int h) { return 4 * (warp_m / kAcross) + block_row<kPool>(h, g); };
@@ -645,7 +648,7 @@ __global__ void __launch_bounds__(Warps<kMode>::kThreads, Warps<kMode>::kCtasPer
       }
       slot[lg] = make_float4(pixels * k, mean, m2 + pixels * spread, 0.f);
     }
-    __syncthreads();  // s_flush is read before the next flush (and the weights' scratch use) overwrites it
+    __syncthreads();  // s_flush is read before the next flush overwrites it
   }
 }
 
