@@ -186,7 +186,7 @@ def test_uniform_scale_zero_gamma(device):
 
 # How test_infinite_gamma_propagates_like_aten varies the problem around GroupNorm weights of +Inf (channel 1) and -Inf
 # (channel 6).
-INFINITE_GAMMA_VARIANTS = ["plain", "pixelwise_pool", "pool4", "bf16", "negative_scale", "zero_scale",
+INFINITE_GAMMA_VARIANTS = ["plain", "pixelwise_pool", "pool4", "bf16", "bf16_pool4", "negative_scale", "zero_scale",
                            "infinite_beta", "no_beta", "clamped", "nan_gamma"]
 
 
@@ -196,10 +196,10 @@ def test_infinite_gamma_propagates_like_aten(device, variant):
     """ATen's GroupNorm is y = a x + b with a = rstd * gamma, b = beta - a * mean: with gamma = +-Inf an element is b
     (+-Inf) where x has the sign of a * b and NaN elsewhere, and max_pool2d makes a window NaN if any element is. NaN
     and +-Inf must land exactly where the float64 chain puts them; the finite channels stay as accurate as ever."""
-    pool = {"pixelwise_pool": (1, 1), "pool4": (4, 4)}.get(variant, (2, 2))
+    pool = {"pixelwise_pool": (1, 1), "pool4": (4, 4), "bf16_pool4": (4, 4)}.get(variant, (2, 2))
     lo_hi = (-0.5, 0.5) if variant == "clamped" else (None, None)
     case = (2, 3, 13, 14, 8, (3, 3), (1, 1), (1, 1), (1, 1), True, 4, pool, lo_hi, (8, 1, 1), True)
-    args = list(make_problem(case, torch.bfloat16 if variant == "bf16" else torch.float32, device))
+    args = list(make_problem(case, torch.bfloat16 if variant.startswith("bf16") else torch.float32, device))
     gamma, beta, scale = (args[i].detach().clone() for i in (7, 8, 10))
     gamma[1], gamma[6] = float("inf"), float("-inf")
     if variant == "negative_scale":
