@@ -396,8 +396,8 @@ def test_cuda_fused_kernel_on_either_mma(tmp_path, dtype, case, mma):
 # Problems of the row-streaming kernel's scope (3x3, multiplier 1, at most 64 channels in, 64 to 128 out): the seed's
 # channels with a ragged second strip (200 = 128 + 72 columns); a partial K (24 channels), a ragged cout tile (100)
 # and no padding along H; a strip narrower than one (32 columns) with 2 rows of padding; shares of 16 rows that cross
-# strips and images (16 x 2 strips x 66 rows over 132 CTAs), 72 couts (a warp with 8 of its 16 couts), no
-# biases.
+# images (16 x 66 rows over 66 groups of a CTA for each of 2 strips, on 132 SMs), 72 couts (a warp with 8 of its 16
+# couts), no biases.
 _STREAMING = [(2, 64, 1, 128, 37, 200, (3, 3), (1, 1), (1, 1), (1, 1), True, True),
               (3, 24, 1, 100, 19, 136, (3, 3), (1, 1), (0, 1), (1, 1), True, True),
               (1, 8, 1, 64, 5, 32, (3, 3), (1, 1), (2, 1), (1, 1), False, True),
@@ -443,8 +443,8 @@ def test_cuda_streaming_kernel_leaves_few_couts_to_the_tile_kernel():
 @pytest.mark.parametrize("ctas,slots", [(7, 4), (3, 5)])
 def test_cuda_streaming_kernel_shares_and_ring_sizes(tmp_path, dtype, ctas, slots):
     """Grids of 7 and 3 CTAs and rings of 4 and 5 slots (CONVOPS_STREAM_CTAS, CONVOPS_STREAM_SLOTS; fp32 fits 4):
-    each CTA's share of the rows then crosses several strips and images, and the ring's slots are refilled in every
-    phase. Each matches the reference, as the tile kernel does."""
+    (3 groups of a CTA for each of the 2 strips, and 1 group) each share of the rows then crosses several images,
+    and the ring's slots are refilled in every phase. Each matches the reference, as the tile kernel does."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the row-streaming kernel runs on compute capability 9.0")
     args = make_problem(_STREAMING[3], dtype, "cuda")

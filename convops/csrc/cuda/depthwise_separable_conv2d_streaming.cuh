@@ -11,9 +11,10 @@
 // bytes, and two 8-warp CTAs an SM are left with too few warps to hide the latency of what they stage. Here a CTA
 // walks down the rows of a strip: each input row of all channels is copied once (one bulk-copy box) into a ring of
 // row slots, and each output row is computed from the KH newest rows (the halo columns, and KH - 1 rows where a
-// CTA's share starts a strip, are all the input staged twice). The copies and the 1x1 run asynchronously.
+// CTA's share starts or enters an image, are all the input staged twice). The copies and the 1x1 run asynchronously.
 //
-// One CTA an SM, each with an equal contiguous share of all strips' output rows (Share):
+// One CTA an SM, in groups of one CTA a strip; each group takes an equal contiguous share of the images' rows
+// (Share):
 //   - a producer thread issues one box copy an input row (kSlotCols columns x the input channels, zero-filled
 //     outside the image: the padding) into the ring, and waits for a slot to be released before refilling it;
 //   - four consumer warpgroups, in two teams of a strip's pixel half each, compute per output row the depthwise
@@ -132,7 +133,7 @@ struct Params {
   int channels, out_channels;
   int in_h, out_h, out_w, pad_h;
   int strips;                              // of kStripCols output columns
-  int64_t rows;                            // output rows of all strips: batch x strips x out_h
+  int64_t rows;                            // output rows of a strip: batch x out_h
   int slots;                               // ring slots (at least KH + 1)
   uint32_t row_bytes;                      // bytes of one input row's box
   CUtensorMap input_map;                   // the input as (W, H, N * C), boxes of kSlotCols x 1 x C
@@ -169,17 +170,28 @@ struct Smem {
   __host__ __device__ static size_t align(size_t bytes) { return align_to(bytes, 16); }
 };
 
-// The CTA's share of the work: output rows [begin, end) of all strips, numbered strip after strip (image n, strip
-// sx, row y: (n strips + sx) out_h + y). Equal contiguous shares balance the grid to a row (bands of 16 to 128 rows
-// dealt out round-robin, measured first, left CTAs up to a band apart), and a share crosses a strip's end at most a
-// few times.
+// The CTA's share of the work: output rows [begin, end) of all images, numbered image after image (image n, row y:
+// n out_h + y), in strip x0 / kStripCols. The grid is groups of one CTA a strip, and each group has an equal
+// contiguous share of the rows (which balances the grid to a row; bands of 16 to 128 rows dealt out round-robin,
+// measured first, left CTAs up to a band apart). A group's CTAs then read and write the same rows at about the same
+// time, each 1/strips of them, and the halo columns that neighbouring strips both read come from L2. Numbered strip
+// after strip instead (each CTA walking its own part of one strip), the rows of one moment lay far apart in memory,
+// each written as 256-byte (bf16) pieces of its planes: the seed took 0.589 ms in bf16 and 1.022 in TF32 that way,
+// 0.518 and 0.947 this way (H200, same-session runs of 2026-11-27 04:35 / 04:44 UTC; DRAM locality was the limit,
+// not instruction issue: the stmatrix stores below cut a warp's row step by ~55 instructions and changed nothing).
+// An L2 evict-first policy on the output boxes and 256-byte L2 promotion of the input boxes measured within noise.
 struct Share {
   int64_t begin, end;
-  __device__ __forceinline__ explicit Share(int64_t rows)
-      : begin(rows * blockIdx.x / gridDim.x), end(rows * (blockIdx.x + 1) / gridDim.x) {}
+  int x0;
+  __device__ __forceinline__ Share(int64_t rows, int strips) {
+    const int groups = gridDim.x / strips, group = blockIdx.x / strips;
+    begin = rows * group / groups;
+    end = rows * (group + 1) / groups;
+    x0 = (blockIdx.x - group * strips) * kStripCols;
+  }
 };
 
-// A band: the part of a share within one strip: image n, output rows [y0, y0 + rows), columns [x0, x0 + kStripCols).
+// A band: the part of a share within one image: image n, output rows [y0, y0 + rows), columns [x0, x0 + kStripCols).
 struct Band {
   int64_t n;
   int y0, rows, x0;
@@ -187,12 +199,11 @@ struct Band {
 
 // The band of the share that starts at row `at` (begin <= at < end).
 template <typename scalar_t>
-__device__ __forceinline__ Band band_at(const Params<scalar_t>& p, int64_t at, int64_t end) {
-  const int64_t strip = at / p.out_h;
-  const int y0 = static_cast<int>(at - strip * p.out_h);
-  const int64_t n = strip / p.strips;
-  const int rows = static_cast<int>(min(int64_t{p.out_h - y0}, end - at));
-  return Band{n, y0, rows, static_cast<int>(strip - n * p.strips) * kStripCols};
+__device__ __forceinline__ Band band_at(const Params<scalar_t>& p, const Share& share, int64_t at) {
+  const int64_t n = at / p.out_h;
+  const int y0 = static_cast<int>(at - n * p.out_h);
+  const int rows = static_cast<int>(min(int64_t{p.out_h - y0}, share.end - at));
+  return Band{n, y0, rows, share.x0};
 }
 
 // The team's named barrier (ids 1 and 2; 0 is __syncthreads).
@@ -238,9 +249,9 @@ __device__ __forceinline__ void produce(const Params<scalar_t>& p, unsigned char
   using RL = RowLayout<scalar_t, KW>;
   int r = 0;  // rows copied
   RingCursor row;
-  const Share share(p.rows);
+  const Share share(p.rows, p.strips);
   for (int64_t at = share.begin; at < share.end;) {
-    const Band band = band_at(p, at, share.end);
+    const Band band = band_at(p, share, at);
     at += band.rows;
     const int channel0 = static_cast<int>(band.n * p.channels);
     for (int j = 0; j < band.rows + KH - 1; ++j, ++r, row = row.plus(1, p.slots)) {
@@ -385,29 +396,46 @@ struct Fragment {
         warp_cout(quarter.first_cout + warp * 16) {}  // the warp's 16 couts
 };
 
+// stmatrix (sm_90): four 8 x 8 matrices of 16-bit values from the MMA fragment layout (lane 4 g + t holds row g,
+// columns 2 t and 2 t + 1 of each matrix, as registers r0..r3) into shared memory, one 16-byte row a lane address:
+// lanes 8 m ... 8 m + 7 give the rows of matrix m.
+__device__ __forceinline__ void store_matrices_x4(uint32_t row_address, uint32_t r0, uint32_t r1, uint32_t r2,
+                                                  uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(row_address), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
 // 16-bit: two boxes (couts 8 half ... + 7 of the warp, its 64 pixels) in the warp's scratch, laid out as the output
 // map's 128-byte swizzle says: 16-byte chunk c of row r at chunk c ^ (address bits 7-9 of the row: r, the boxes
-// being 1 KB aligned), so that a warp's writes (8 rows x 16 bytes) fall in distinct banks.
+// being 1 KB aligned), so that the rows of a matrix fall in distinct banks. The fragment is 16 matrices of 8 couts x
+// 8 pixels (box half, pixel chunk j: acc[4 j + 2 half] and the next), so four stmatrix instructions write the two
+// boxes (16 4-byte stores and their addresses took about 100 instructions a warp and row, now about 45).
 template <typename scalar_t>
 __device__ __forceinline__ void store_row_boxes(const Params<scalar_t>& p, const OutputRow& row,
                                                 const float (&acc)[kAccumulators], const Quarter& quarter,
                                                 unsigned char* __restrict__ scratch) {
   static_assert(kStoresBoxes<scalar_t> && kScratchBytes<scalar_t> == 2 * kBoxBytes, "a box a half of the couts");
+  static_assert(kWarpgroupPixels / 8 == 8, "a box row is 8 chunks: two stmatrix.x4 of 4 chunks each");
   const Fragment f(quarter);
+  // The lane's row address of chunks 0-3 (matrix m = lane / 8 of the instruction, row r = lane % 8) and of chunks
+  // 4-7 (chunk ^ 4: bit 6 of the address); box 1 lies kBoxBytes on.
+  const uint32_t row_address = shared_address(scratch) + f.lane % 8 * kBoxRowBytes;
+  const uint32_t swizzle = (row_address >> 7) & 7;
+  const uint32_t low_chunks = row_address + ((f.lane / 8 ^ swizzle) << 4), high_chunks = low_chunks ^ (4u << 4);
   // The previous row's boxes have been read out of the scratch.
   if (f.lane == 0) bulk::wait_stores_read<0>();
   __syncwarp();
   static_assert(OperandLayout<scalar_t>::kBiasChannel, "the product has added the pointwise bias");
+  const auto pair = [&acc](int j, int half) {
+    return pipelined::pack_pair(static_cast<scalar_t>(acc[4 * j + 2 * half]),
+                                static_cast<scalar_t>(acc[4 * j + 2 * half + 1]));
+  };
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    unsigned char* const line = scratch + half * kBoxBytes + f.g * kBoxRowBytes;
-    const int swizzle = (shared_address(line) >> 7) & 7;
-#pragma unroll
-    for (int j = 0; j < kWarpgroupPixels / 8; ++j) {
-      const float v0 = acc[4 * j + 2 * half], v1 = acc[4 * j + 2 * half + 1];
-      *reinterpret_cast<uint32_t*>(line + (j ^ swizzle) * 16 + 4 * f.t) =
-          pipelined::pack_pair(static_cast<scalar_t>(v0), static_cast<scalar_t>(v1));
-    }
+    const uint32_t box = half * kBoxBytes;
+    store_matrices_x4(low_chunks + box, pair(0, half), pair(1, half), pair(2, half), pair(3, half));
+    store_matrices_x4(high_chunks + box, pair(4, half), pair(5, half), pair(6, half), pair(7, half));
   }
   publish_shared_stores_to_async_proxy();
   __syncwarp();
@@ -563,9 +591,9 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
   // row (its product is complete), hands D over and issues this row's product. wgmma is issued and waited for on
   // every iteration, the last too (on a D not written again, its result dropped): ptxas serializes wgmma whose issue
   // or wait lies on a conditional path.
-  const Share share(p.rows);
+  const Share share(p.rows, p.strips);
   int64_t at = share.begin;  // the band's first row
-  Band band = band_at(p, at, share.end);
+  Band band = band_at(p, share, at);
   int i = 0;            // the row within the band
   RingCursor window;    // ring row of the window's first input row
   OutputRow previous{0, 0, 0};
@@ -618,7 +646,7 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
     if (++i == band.rows) {
       i = 0;
       at += band.rows;
-      if (at < share.end) band = band_at(p, at, share.end);
+      if (at < share.end) band = band_at(p, share, at);
     }
   }
   wgmma::wait<0>();
@@ -667,7 +695,7 @@ bool launch(Params<scalar_t>& p, const scalar_t* input, int64_t batch, int in_w,
   while (slots < max_slots && Smem<scalar_t, KH, KW, kMath>(slots + 1).total <= max_smem) ++slots;
   p.slots = slots;
   p.strips = (p.out_w + kStripCols - 1) / kStripCols;
-  p.rows = batch * p.strips * p.out_h;
+  p.rows = batch * p.out_h;
   if (dry_run) return true;
 
   const uint64_t row = uint64_t(in_w) * sizeof(scalar_t);
@@ -692,7 +720,10 @@ bool launch(Params<scalar_t>& p, const scalar_t* input, int64_t batch, int in_w,
   const size_t smem = Smem<scalar_t, KH, KW, kMath>(p.slots).total;
   allow_dynamic_shared_memory(kernel, static_cast<int>(smem));
   static const int max_ctas = env_int("CONVOPS_STREAM_CTAS", std::numeric_limits<int>::max());
-  const int64_t ctas = std::min<int64_t>({p.rows, multiprocessor_count(), max_ctas});
+  // Groups of one CTA a strip (Share), as many as fill the SMs (a group at least).
+  const int64_t groups = std::min<int64_t>(p.rows, std::max<int64_t>(1, std::min(multiprocessor_count(), max_ctas) /
+                                                                              p.strips));
+  const int64_t ctas = groups * p.strips;
   kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
