@@ -110,6 +110,12 @@ __device__ __forceinline__ float affine_sign(const ConvPoolParams& p, int c) {
   return affine_sign(p.gamma ? load_float<T>(p.gamma, c) : 1.f, load_float<T>(p.scale, p.scale_per_channel ? c : 0));
 }
 
+// The factor a kernel multiplies channel c's conv values by so that its pooling is a max: the sign, and +1 for sign
+// 0 (whose windows record sign classes, sign_classes, of the unfolded values).
+__device__ __forceinline__ float sign_fold(float sign) {
+  return sign == 0.f ? 1.f : sign;
+}
+
 // Sign classes of a window for sign-0 channels, OR-ed over its elements (atomicOr across tile pieces; 0 = none yet):
 // kNotPositive when some element is <= 0 or NaN, kNotNegative when some element is >= 0 or NaN.
 constexpr uint32_t kNotPositive = 1u, kNotNegative = 2u;

@@ -316,7 +316,7 @@ __device__ __forceinline__ void load_weights(const ConvPoolParams& p, uint32_t* 
   const auto weight = [&](int nn, int k) {  // B(k, cout co0 + nn)
     const int chunk = k / P::kChunkK, tap = k % P::kChunkK / kChunk, c = chunk * kChunk + k % kChunk;
     const int co = co0 + nn;
-    const float fold = sign[nn] == 0.f ? 1.f : sign[nn];
+    const float fold = sign_fold(sign[nn]);
     if (co >= p.out_channels) return 0.f;
     if (tap >= P::kTaps) {  // the pad tap: zero, or the bias (Patch::kBiasInPadTap)
       return P::kBiasInPadTap && c == 0 && p.bias != nullptr ? fold * load_float<T>(p.bias, co) : 0.f;
@@ -460,12 +460,15 @@ __global__ void __launch_bounds__(Warps<kMode>::kThreads, Warps<kMode>::kCtasPer
   const int channel_tile = blockIdx.y, co0 = channel_tile * kTileN;
   const int channels = min(kTileN, p.out_channels - co0);
 
-  // Setup: the channel signs (affine_sign), the conv bias times the fold, the folded weights.
+  // Setup: the channel signs (affine_sign), the conv bias times the fold (unless the pad tap carries it), the
+  // folded weights.
   for (int i = tid; i < kTileN; i += kThreads) {
     const int co = co0 + i;
     const float sign = co < p.out_channels ? affine_sign<T>(p, co) : 1.f;
     s_sign[i] = sign;
-    s_bias[i] = (co < p.out_channels && p.bias) ? (sign == 0.f ? 1.f : sign) * load_float<T>(p.bias, co) : 0.f;
+    if constexpr (!P::kBiasInPadTap) {
+      s_bias[i] = (co < p.out_channels && p.bias) ? sign_fold(sign) * load_float<T>(p.bias, co) : 0.f;
+    }
   }
   __syncthreads();
   // Channels with an infinite GroupNorm weight also pool max(-conv), for their sign classes (rare: a branch).
@@ -608,9 +611,8 @@ __global__ void __launch_bounds__(Warps<kMode>::kThreads, Warps<kMode>::kCtasPer
         merge_with_lane(count, mean, m2, 16);
         if (g == 0) {
           const int ch = warp_n * kWarpCouts + 8 * ni + 2 * t + q;
-          const float fold = s_sign[ch] == 0.f ? 1.f : s_sign[ch];
           s_flush[(0 * kPixelWarps + warp_m) * kTileN + ch] = count;
-          s_flush[(1 * kPixelWarps + warp_m) * kTileN + ch] = fold * mean;
+          s_flush[(1 * kPixelWarps + warp_m) * kTileN + ch] = sign_fold(s_sign[ch]) * mean;
           s_flush[(2 * kPixelWarps + warp_m) * kTileN + ch] = m2;
         }
       }
