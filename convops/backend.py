@@ -84,21 +84,27 @@ def convops_backend(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str
     opts = BackendOptions.parse(options, mode)
     original = clone_graph(gm.graph)
     report = PassManager(opts.passes).run(gm, graph_id=_compile_id())
-    publish(report)
     try:
-        return _compile_rest(gm, example_inputs, opts)
+        compiled = _compile_rest(gm, example_inputs, opts)
     except Exception as exc:
         from torch._dynamo.exc import TorchDynamoException
         if not sum(report.replaced.values()) or isinstance(exc, TorchDynamoException):
+            publish(report)
             raise  # not ours, or Dynamo's own control flow (a restart with a float specialised, ...)
         # Something in the substituted graph broke the compile (say a fake implementation the compiler disagrees
-        # with): the user still gets their model compiled, as it would be without convops.
+        # with): the user still gets their model compiled, as it would be without convops, and the report says so.
         warnings.warn(f"convops: compiling graph {report.graph} with the convops ops failed "
                       f"({type(exc).__name__}: {exc}); compiling it without them", stacklevel=2)
         log.debug("convops: compile failure", exc_info=True)
+        report.failed.append(f"compiling with the convops ops: {type(exc).__name__}: {exc}")
+        report.replaced.clear()
+        report.after = report.before
         gm.graph = original
         gm.recompile()
+        publish(report)
         return _compile_rest(gm, example_inputs, opts)
+    publish(report)
+    return compiled
 
 
 def _compile_rest(gm: torch.fx.GraphModule, example_inputs: list, opts: BackendOptions):

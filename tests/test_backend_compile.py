@@ -21,6 +21,7 @@ import convops
 from convops.backend import BackendOptions
 from convops.fx_passes import PASS_NAMES, PassManager
 from convops.fx_passes.depthwise_conv import DepthwiseConvPass
+from convops.fx_passes.report import collect
 from test_backend_helpers import (assert_close_to_eager, compile_and_run, grads_after_step, ops_that_ran,
                                   requires_ops)
 
@@ -277,9 +278,15 @@ def test_a_compile_failure_falls_back_to_the_unmodified_graph():
     model, x = AllPatterns(), _input(2)
     torch._dynamo.reset()
     with pytest.warns(UserWarning, match="with the convops ops failed .* compiling it without them"):
-        out = torch.compile(model, backend="convops", options={"compiler": picky})(x)
+        with collect() as reports:
+            out = torch.compile(model, backend="convops", options={"compiler": picky})(x)
     assert len(graphs) == 2 and "convops" not in graphs[1]
     assert_close_to_eager(model, (x,), out)
+    # The report describes the graph that was compiled: nothing replaced, and why.
+    (report,) = reports
+    assert not sum(report.replaced.values())
+    assert report.failed == ["compiling with the convops ops: RuntimeError: this compiler takes no convops ops"]
+    assert "convops" not in report.after
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -187,15 +187,21 @@ conv2d_group_norm_scale_max_pool_clamp max_pool2d_8: the group_norm output (shar
             x.add_(1.0)  # the fused op would read x after this write
             return F.max_pool2d(y * scale, 2), x
 
+        def writes_by_dunder(x, w, scale):
+            y = F.group_norm(F.conv2d(x, w), 2) * scale
+            scale.__iadd__(1.0)  # a Tensor method spelled by its dunder name: the fused op would read the new scale
+            return F.max_pool2d(y, 2)
+
         def switches_grad_mode(x, w, scale):
             with torch.no_grad():
                 y = F.conv2d(x, w)  # no gradient flows into w; the fused op would run with grad enabled
             return F.max_pool2d(F.group_norm(y, 2) * scale, 2)
 
         args = (torch.randn(1, 3, 8, 8), torch.randn(C, 3, 3, 3, requires_grad=True), torch.rand(C, 1, 1))
-        declines = [compile_and_run(fn, *args).declines() for fn in (writes, switches_grad_mode)]
+        declines = [compile_and_run(fn, *args).declines() for fn in (writes, writes_by_dunder, switches_grad_mode)]
         self.assertExpectedInline("\n".join(declines), """\
 conv2d_group_norm_scale_max_pool_clamp max_pool2d: add_ may write into a tensor between conv2d and max_pool2d
+conv2d_group_norm_scale_max_pool_clamp max_pool2d: iadd may write into a tensor between conv2d and max_pool2d
 conv2d_group_norm_scale_max_pool_clamp max_pool2d: _set_grad_enabled_1 switches grad mode or autocast between y and max_pool2d""")
 
     def test_dynamic_batch_and_float_attributes(self):

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
-from . import depthwise_conv, matching
+from . import matching
 from .base import ConvopsPass, NewTensor, Replacement
-from .depthwise_conv import read_conv2d
 from .matching import (CLAMP, CLAMP_MAX, CLAMP_MIN, CONV2D, GROUP_NORM, MAX_POOL2D, MAX_POOL2D_WITH_INDICES, MUL,
-                       Constants, Declined)
+                       Constants, Declined, read_conv2d)
 
 OP = "conv2d_group_norm_scale_max_pool_clamp"
 
@@ -51,7 +50,6 @@ def _chain(pool: torch.fx.Node) -> _Chain | None:
 class ConvGroupNormPoolPass(ConvopsPass):
     name = "conv_group_norm_pool"
     patterns = (OP,)
-    uses = (depthwise_conv,)
 
     def candidates(self, graph: torch.fx.Graph) -> Iterable[torch.fx.Node]:
         return [n for n in graph.nodes if _chain(n) is not None]

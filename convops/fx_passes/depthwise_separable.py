@@ -8,8 +8,8 @@ import torch.fx
 
 from . import depthwise_conv, matching
 from .base import ConvopsPass, Replacement
-from .depthwise_conv import check_depthwise, is_depthwise_conv2d, read_conv2d
-from .matching import CONV2D, Constants, Declined
+from .depthwise_conv import check_depthwise_inputs, is_depthwise_conv2d
+from .matching import CONV2D, Constants, Declined, read_conv2d
 
 OP = "depthwise_separable_conv2d"
 
@@ -47,11 +47,10 @@ class DepthwiseSeparablePass(ConvopsPass):
             raise Declined(f"the pointwise conv has groups={pointwise.groups} (the fused op takes groups=1)")
         matching.only_user(depthwise.node, node, "depthwise conv")
         matching.check_nothing_between([depthwise.node, node])
-        check_depthwise(depthwise, OP, [("depthwise conv", matching.example_value(depthwise.node)),
-                                        ("pointwise conv", matching.example_value(node))])
-        matching.check_kernel_inputs(OP, depthwise.input_value, 4,
-                                     {"pointwise weight": pointwise.weight_value,
-                                      "pointwise bias": matching.example_value(pointwise.bias)}, [])
+        check_depthwise_inputs(depthwise, OP, [("depthwise conv", matching.example_value(depthwise.node)),
+                                               ("pointwise conv", matching.example_value(node))],
+                               {"pointwise weight": pointwise.weight_value,
+                                "pointwise bias": matching.example_value(pointwise.bias)})
         return Replacement(OP, [depthwise.node, node],
                            (depthwise.input, depthwise.weight, depthwise.bias, pointwise.weight, pointwise.bias,
                             depthwise.stride, depthwise.padding, depthwise.dilation), constants)

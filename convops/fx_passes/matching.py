@@ -232,6 +232,9 @@ def only_user(node: torch.fx.Node, consumer: torch.fx.Node, what: str) -> None:
 _INPLACE_OPERATORS = {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
                       operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor, operator.ilshift,
                       operator.irshift, operator.imatmul, operator.setitem}
+# The same written as Tensor methods (`s.__iadd__(1.0)`, `torch.Tensor.__setitem__(s, i, v)`), which Dynamo records by
+# their dunder names; a trailing underscore does not catch them.
+_INPLACE_DUNDERS = {f"__{op.__name__}__" for op in _INPLACE_OPERATORS}
 
 
 def may_mutate(node: torch.fx.Node) -> bool:
@@ -242,7 +245,7 @@ def may_mutate(node: torch.fx.Node) -> bool:
     if isinstance(node.target, torch._ops.OpOverload):
         return node.target._schema.is_mutable
     name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-    if name.endswith("_") and not name.endswith("__"):
+    if (name.endswith("_") and not name.endswith("__")) or name in _INPLACE_DUNDERS:
         return True
     return node.op == "call_function" and _inplace_flag(node)
 
@@ -304,6 +307,43 @@ def op_overload(name: str):
     if not has_ops() or not hasattr(torch.ops.convops, name):
         raise Declined(f"this build of convops has no op convops::{name}")
     return getattr(torch.ops.convops, name).default
+
+
+@dataclass
+class Conv2dCall:
+    """A conv2d call with its arguments read as constants (stride, padding, dilation as two ints each)."""
+    node: torch.fx.Node
+    input: torch.fx.Node
+    weight: torch.fx.Node
+    bias: Any
+    stride: list[int]
+    padding: list[int]
+    dilation: list[int]
+    groups: Any  # an int, or a SymInt where the model passes x.shape[1]: compared symbolically, never specialised
+
+    @property
+    def input_value(self) -> torch.Tensor:
+        return tensor_value(self.input, "input")
+
+    @property
+    def weight_value(self) -> torch.Tensor:
+        return tensor_value(self.weight, "weight")
+
+
+def read_conv2d(node: torch.fx.Node, constants: Constants) -> Conv2dCall:
+    a = CONV2D.bind(node)
+    x = tensor_value(a["input"], "input")
+    w = tensor_value(a["weight"], "weight")
+    if x.dim() != 4:
+        raise Declined(f"the input has rank {x.dim()} (the op takes batched (N, C, H, W) inputs)")
+    if w.dim() != 4:
+        raise Declined(f"the weight has rank {w.dim()} (a conv2d weight is (C_out, C_in / groups, kh, kw))")
+    dilation = expand(constants.read(a["dilation"], "dilation"), 2, "dilation")
+    return Conv2dCall(node, a["input"], a["weight"], a["bias"],
+                      stride=expand(constants.read(a["stride"], "stride"), 2, "stride"),
+                      padding=conv_padding(constants.read(a["padding"], "padding"), w, dilation, 2),
+                      dilation=dilation,
+                      groups=example_value(a["groups"]))
 
 
 def check_kernel_inputs(op_name: str, input: torch.Tensor, rank: int, tensors: dict[str, Any],

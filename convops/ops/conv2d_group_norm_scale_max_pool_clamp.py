@@ -19,8 +19,9 @@ def conv2d_group_norm_scale_max_pool_clamp(input: torch.Tensor, weight: torch.Te
                                            clamp_max: float | None = None) -> torch.Tensor:
     """Same result as
     clamp(max_pool2d(group_norm(conv2d(input, weight, bias, stride, padding, dilation), num_groups, gn_weight,
-    gn_bias, eps) * scale, pool_kernel), clamp_min, clamp_max), with scale per channel: shape (C,1,1), (C,) or one
-    value (pool stride = kernel, no padding, floor mode)."""
+    gn_bias, eps) * scale, pool_kernel), clamp_min, clamp_max) (pool stride = kernel, no padding, floor mode) for a
+    scale of shape (C, 1, 1), (1, C, 1, 1) or one value. A (C,) scale is taken as one value per channel, i.e. as its
+    (C, 1, 1) view: `* scale` with a (C,) tensor would broadcast it along W instead."""
     return torch.ops.convops.conv2d_group_norm_scale_max_pool_clamp.default(
         input, weight, bias, stride, padding, dilation, num_groups, gn_weight, gn_bias, eps, scale, pool_kernel,
         clamp_min, clamp_max)

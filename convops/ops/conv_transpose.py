@@ -29,7 +29,6 @@ def _fake(op: str, spatial_dims: int, input, weight, bias, stride, padding, outp
     unbatched = input.dim() == spatial_dims + 1
     batched = input.unsqueeze(0) if unbatched else input
     layout = "(N, C_in, H, W)" if spatial_dims == 2 else "(N, C_in, D, H, W)"
-    _shapes.check_float_tensor(op, "input", batched)
     _shapes.check_rank(op, "input", batched, spatial_dims + 2, layout)
     _shapes.check_like_input(op, "weight", weight, batched)
     _shapes.check_rank(op, "weight", weight, spatial_dims + 2,
