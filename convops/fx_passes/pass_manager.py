@@ -43,7 +43,9 @@ def clone_graph(graph: torch.fx.Graph) -> torch.fx.Graph:
 
 
 class PassManager:
-    """The enabled passes, in PASSES order. Follows Inductor's CustomGraphPass protocol (call with a Graph, uuid())."""
+    """The enabled passes, in PASSES order, run over a GraphModule with each pass rolled back on failure (run()), and
+    a uuid() of them all for caches to key on. (Each pass alone follows Inductor's CustomGraphPass protocol; the
+    manager does not, since its rollback replaces the module's Graph object rather than mutating the one given.)"""
 
     def __init__(self, enabled: Iterable[str] | None = None):
         enabled = set(PASS_NAMES if enabled is None else enabled)
@@ -61,9 +63,6 @@ class PassManager:
         for p in self.passes:
             digest.update(f"{p.name}:{p.uuid()};".encode())
         return digest.hexdigest()
-
-    def __call__(self, graph: torch.fx.Graph) -> GraphReport:
-        return self.run(graph.owning_module)
 
     def run(self, gm: torch.fx.GraphModule, graph_id: str = "?") -> GraphReport:
         """Rewrites gm in place; never raises."""
