@@ -125,6 +125,30 @@ def test_cuda_window_kernel_shapes(case, dtype, layout):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [*DTYPES, torch.float64])
+@pytest.mark.parametrize("views", ["sliced", "expanded"])
+def test_strided_norm_weight_bias_and_scale(device, dtype, views):
+    """The GroupNorm weight and bias and the scale as views that are not dense: every other element of a longer
+    vector and a column of a matrix ("sliced"), or one value broadcast to every channel ("expanded"). The op reads
+    the elements the views show (the CPU kernel once read fp32 and fp64 views through their storage as if dense)."""
+    case = CASES[0]
+    args = list(make_problem(case, dtype, device))
+    cout = args[1].shape[0]
+    if views == "sliced":
+        gamma = make_tensor((2 * cout,), dtype, device)[::2]
+        beta = make_tensor((2 * cout,), dtype, device)[1::2]
+        scale = make_tensor((cout, 3), dtype, device, low=-2.0, high=2.0)[:, 1, None, None]
+    else:
+        gamma = make_tensor((1,), dtype, device).expand(cout)
+        beta = make_tensor((1,), dtype, device).expand(cout)
+        scale = make_tensor((1, 1, 1), dtype, device, low=-2.0, high=2.0).expand(cout, 1, 1)
+    assert not (gamma.is_contiguous() or beta.is_contiguous() or scale.is_contiguous())
+    args[7], args[8], args[10] = gamma, beta, scale
+    with allow_tf32(False):
+        assert_close(convops.conv2d_group_norm_scale_max_pool_clamp(*args), expected(args))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_mean_far_above_spread(device):
     """Conv outputs with mean 100-500x their spread: E[x^2] - E[x]^2 in fp32 would lose the variance entirely."""
     with allow_tf32(False):

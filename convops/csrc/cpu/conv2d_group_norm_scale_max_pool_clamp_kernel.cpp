@@ -87,8 +87,11 @@ void group_norm_scale_pool_clamp(const at::Tensor& conv, const std::optional<at:
   scalar_t* y = out.data_ptr<scalar_t>();
   const int64_t xs_n = conv.stride(0), xs_c = conv.stride(1), xs_h = conv.stride(2), xs_w = conv.stride(3);
   const int64_t ys_n = out.stride(0), ys_c = out.stride(1), ys_h = out.stride(2), ys_w = out.stride(3);
-  // Small per-channel parameter vectors, read once as acc_t.
-  const auto to_acc = [](const at::Tensor& t) { return t.reshape(-1).to(c10::CppTypeToScalarType<acc_t>::value); };
+  // Small per-channel parameter vectors, read once as dense acc_t (a strided or expanded view, which reshape and a
+  // same-dtype .to() hand back as it is, is read through a raw pointer below).
+  const auto to_acc = [](const at::Tensor& t) {
+    return t.reshape(-1).to(c10::CppTypeToScalarType<acc_t>::value).contiguous();
+  };
   const at::Tensor gamma = gn_weight.has_value() && gn_weight->defined() ? to_acc(*gn_weight) : at::Tensor();
   const at::Tensor beta = gn_bias.has_value() && gn_bias->defined() ? to_acc(*gn_bias) : at::Tensor();
   const at::Tensor s = to_acc(scale);
