@@ -74,12 +74,15 @@ class Conv2dGroupNormScaleMaxPoolClampFunction
     const auto [need_input, need_weight, need_bias, need_gamma, need_beta, need_scale] = needs_input_grad<6>(
         ctx, {true, true, bias.defined(), gn_weight.defined(), gn_bias.defined(), true});
 
+    // native_group_norm and its backward read gamma and beta as dense vectors (at::group_norm makes them so first).
+    const at::Tensor gamma = gn_weight.defined() ? gn_weight.contiguous() : gn_weight;
+    const at::Tensor beta = gn_bias.defined() ? gn_bias.contiguous() : gn_bias;
     const auto params = ConvParams::saved(ctx);
     const auto conv = at::convolution_symint(input, weight, optional_tensor(bias), params.stride, params.padding,
                                              params.dilation, false, sym({0, 0}), 1);
     const auto n = conv.sym_size(0), c = conv.sym_size(1), hw = conv.sym_size(2) * conv.sym_size(3);
     const auto [gn_out, mean, rstd] = at::native_group_norm_symint(
-        conv, optional_tensor(gn_weight), optional_tensor(gn_bias), n, c, hw, num_groups, data.at("eps").toDouble());
+        conv, optional_tensor(gamma), optional_tensor(beta), n, c, hw, num_groups, data.at("eps").toDouble());
     const auto s = channel_scale(scale);
     const auto z = gn_out * s;
     const auto [pooled, indices] = at::max_pool2d_with_indices(z, pool_kernel, pool_kernel, {0, 0}, {1, 1}, false);
@@ -98,7 +101,7 @@ class Conv2dGroupNormScaleMaxPoolClampFunction
     const bool need_conv = need_input || need_weight || need_bias;
     if (need_conv || need_gamma || need_beta) {
       auto [grad_conv, grad_gamma, grad_beta] = at::native_group_norm_backward_symint(
-          grad_z * s, conv, mean, rstd, optional_tensor(gn_weight), n, c, hw, num_groups,
+          grad_z * s, conv, mean, rstd, optional_tensor(gamma), n, c, hw, num_groups,
           {need_conv, need_gamma, need_beta});
       grads_in[7] = grad_gamma;
       grads_in[8] = grad_beta;
