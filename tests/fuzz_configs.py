@@ -303,3 +303,51 @@ def poison(op, c: dict, args: list, seed: int, only: tuple | None = None) -> lis
             t[index] = value
         done.append((name, index, value))
     return done
+
+
+# ---- non-dense views of the tensor arguments ----
+
+# How an argument may arrive without being dense. Each keeps the tensor's values (but "broadcast", which keeps its
+# first slice along one dimension and expands that back to its shape), and the storage around the view holds NaN,
+# so that a kernel that reads an argument as dense sees NaN or other elements.
+VIEWS = ("sliced", "column", "offset", "permuted", "broadcast")
+
+
+def _padded(shape, t: torch.Tensor) -> torch.Tensor:
+    return torch.full(shape, math.nan, dtype=t.dtype, device=t.device)
+
+
+def as_view(t: torch.Tensor, kind: str, rng: random.Random) -> torch.Tensor:
+    if t.numel() == 0 or t.dim() == 0:
+        kind = "offset"
+    if kind == "sliced":  # every other element along one dimension
+        d = rng.randrange(t.dim())
+        big = _padded([2 * n if i == d else n for i, n in enumerate(t.shape)], t)
+        view = big[tuple(slice(None, None, 2) if i == d else slice(None) for i in range(t.dim()))]
+    elif kind == "column":  # one column of a bigger tensor
+        view = _padded([*t.shape, 3], t)[..., 1]
+    elif kind == "permuted" and t.dim() > 1:  # dense, its dimensions in another order in memory
+        order = list(range(t.dim()))
+        while order == sorted(order):
+            rng.shuffle(order)
+        view = _padded([t.shape[i] for i in order], t).permute([order.index(i) for i in range(t.dim())])
+    elif kind == "broadcast" and any(n > 1 for n in t.shape):  # stride 0 along one dimension
+        d = rng.choice([i for i, n in enumerate(t.shape) if n > 1])
+        return t.narrow(d, 0, 1).clone().expand(t.shape)
+    else:  # dense, at a storage offset
+        view = _padded([t.numel() + 7], t)[7:].view(t.shape)
+    view.copy_(t)
+    return view
+
+
+def restride(op, args: list, seed: int) -> list:
+    """Replaces every tensor argument of the op by a non-dense view (as_view), in place; returns [(name, view)]."""
+    rng = random.Random(f"{op.name}/views/{seed}")
+    names = {id(t): name for name, t in zip(op.tensor_names, op.tensors(args)) if t is not None}
+    done = []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and id(a) in names:
+            kind = rng.choice(VIEWS)
+            args[i] = as_view(a.detach(), kind, rng)
+            done.append((names[id(a)], kind))
+    return done

@@ -5,7 +5,7 @@ parameter, dtype and layout, batch 0, optional tensors) and its tensors; the op 
 its dtype's tolerance, NaN/Inf included. Seeds are grouped into chunks of a few hundred per test so a failure
 localises; the test id names the seed range and the failure message every failing seed with its configuration.
 
-Replay one seed (arguments: op, seed, device='cpu', kind='values' | 'nonfinite' | 'transposed_weights'):
+Replay one seed (arguments: op, seed, device='cpu', kind='values' | 'nonfinite' | 'transposed_weights' | 'views'):
     python -c "import sys; sys.path.insert(0, 'tests'); import test_fuzz as f; f.replay('depthwise_conv2d', 17)"
 """
 from __future__ import annotations
@@ -16,10 +16,11 @@ import pytest
 import torch
 
 from common_utils import DEVICES, allow_tf32, assert_output_layout, poison_allocator, tolerance
-from fuzz_configs import DTYPES, OPS, draw, poison
+from fuzz_configs import DTYPES, OPS, draw, poison, restride
 
 # Kinds of run: "values" (finite inputs), "nonfinite" (NaN/Inf in the inputs, biases and, where the reference is
-# exact for them, weights), "transposed_weights" (NaN/Inf in transposed convolutions' weights, plus the rest).
+# exact for them, weights), "transposed_weights" (NaN/Inf in transposed convolutions' weights, plus the rest),
+# "views" (every tensor argument a non-dense view: fuzz_configs.as_view).
 # (device, kind) -> (first seed, configurations per test, tests per op); each device and kind has its own seeds.
 PLAN = {
     ("cpu", "values"): (0, 500, 5),                     # 2,500 configurations per op
@@ -28,6 +29,8 @@ PLAN = {
     ("cuda", "nonfinite"): (300_000, 400, 1),           # 400
     ("cpu", "transposed_weights"): (400_000, 400, 1),   # 400 per transposed op
     ("cuda", "transposed_weights"): (500_000, 400, 1),
+    ("cpu", "views"): (600_000, 400, 1),                # 400
+    ("cuda", "views"): (700_000, 400, 1),
 }
 TRANSPOSED = ("conv_transpose2d", "conv_transpose3d")
 MAX_REPORTED = 5
@@ -93,6 +96,8 @@ def check(op_name: str, seed: int, device: str, kind: str = "values", config: di
         elif kind == "transposed_weights":
             config["poisoned"] = poison(op, config, args, seed, only=("weight",))
             config["poisoned"] += poison(op, config, args, seed + 1, only=("input", "bias"))
+        elif kind == "views":
+            config["views"] = restride(op, args, seed)
         expected, tol, extra = op.expected(config, args)
         poison_allocator(device, expected.numel() * args[0].element_size())
         out = op.run(args)
@@ -167,6 +172,18 @@ def test_nan_inf_in_transposed_weights_cuda(op_name, seeds):
     and a second kernel adds the terms of the non-finite taps (convops/csrc/cuda/conv_transpose_nonfinite.cuh), so
     a tap that meets only those zeros leaves no NaN (e.g. seed 500002: bf16, -Inf taps outside a 3x1 input)."""
     run_seeds(op_name, seeds, "cuda", "transposed_weights")
+
+
+@pytest.mark.parametrize("op_name,seeds", chunks("cpu", "views"))
+def test_non_dense_arguments_cpu(op_name, seeds):
+    """Sliced, column, offset, permuted and broadcast (stride-0) views of every tensor argument, parameters included
+    (the GroupNorm op's CPU kernel once read a strided GroupNorm weight, bias or scale as dense)."""
+    run_seeds(op_name, seeds, "cpu", "views")
+
+
+@pytest.mark.parametrize("op_name,seeds", chunks("cuda", "views"))
+def test_non_dense_arguments_cuda(op_name, seeds):
+    run_seeds(op_name, seeds, "cuda", "views")
 
 
 # (conv input size, pool kernel): one window per element; whole 2x2 windows; on CUDA, windows straddling conv tiles
