@@ -221,6 +221,17 @@ def test_empty_batch(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_empty_batch_of_empty_images(device):
+    """As F.conv2d: an empty batch may have empty images, which padding makes valid ones (shape only)."""
+    x = make_tensor((0, 4, 0, 5), torch.float32, device)
+    weight = make_tensor((8, 1, 3, 3), torch.float32, device)
+    expected = F.conv2d(x, weight, None, 1, 2, 1, 4)
+    for out in (convops.depthwise_conv2d(x, weight, None, 1, 2, 1),
+                torch.compile(convops.depthwise_conv2d, fullgraph=True, backend="eager")(x, weight, None, 1, 2, 1)):
+        assert out.shape == expected.shape == (0, 8, 2, 7)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_int_arguments_broadcast(device):
     x, weight, bias, *_ = make_problem(CASES[0], torch.float32, device)
     assert_close(convops.depthwise_conv2d(x, weight, bias, 2, 1, 1),
@@ -247,6 +258,8 @@ def bad_inputs(device):
         "three strides": ((x, w, b), dict(ok, stride=[1, 1, 1])),
         "kernel larger than input": ((x, make_tensor((8, 1, 11, 3), torch.float32, device), b), ok),
         "dilated kernel larger than input": ((x, w, b), dict(ok, dilation=[5, 1])),
+        "empty images in a batch": ((x[:, :, :0], w, b), dict(ok, padding=[2, 2])),
+        "dilation past 64 bits": ((x, w, b), dict(ok, dilation=[2**62 + 1, 1])),  # (k - 1) d wraps to 4
     }
 
 

@@ -42,9 +42,10 @@ ConvGnPoolGeometry check_conv2d_group_norm_scale_max_pool_clamp(
   const int64_t in_channels = input.size(1);
   const int64_t out_channels = weight.size(0);
   CONVOPS_CHECK(kOp, in_channels > 0, "input must have at least one channel, got shape ", input.sizes());
-  // As in ATen, only the batch may be empty (padding could otherwise make an empty image a valid one).
-  CONVOPS_CHECK(kOp, input.size(2) > 0 && input.size(3) > 0, "only an empty batch may be empty, got input of shape ",
-                input.sizes());
+  // As in ATen, a non-empty batch has non-empty images; an empty batch may have empty images (that padding makes
+  // valid ones, as F.conv2d accepts).
+  CONVOPS_CHECK(kOp, input.size(0) == 0 || (input.size(2) > 0 && input.size(3) > 0),
+                "only an empty batch may be empty, got input of shape ", input.sizes());
   CONVOPS_CHECK(kOp, weight.size(1) == in_channels, "weight must have shape (C_out, C_in = ", in_channels,
                 ", kh, kw) (the convolution has groups = 1), got ", weight.sizes());
   CONVOPS_CHECK(kOp, out_channels > 0 && weight.size(2) > 0 && weight.size(3) > 0, "empty weight ", weight.sizes());
@@ -60,9 +61,10 @@ ConvGnPoolGeometry check_conv2d_group_norm_scale_max_pool_clamp(
   const bool scale_per_channel = check_scale_shape(scale, out_channels);
 
   const auto conv = conv_output_sizes(kOp, input.sizes().slice(2), weight.sizes().slice(2), stride, padding, dilation);
-  CONVOPS_CHECK(kOp, conv[0] > 0 && conv[1] > 0, "convolution output size ", conv, " is not positive");
+  CONVOPS_CHECK(kOp, conv[0] > 0 && conv[1] > 0, "convolution output size ", at::IntArrayRef(conv),
+                " is not positive");
   CONVOPS_CHECK(kOp, pool_kernel[0] <= conv[0] && pool_kernel[1] <= conv[1], "pool_kernel ", pool_kernel,
-                " is larger than the convolution output ", conv);
+                " is larger than the convolution output ", at::IntArrayRef(conv));
 
   return ConvGnPoolGeometry{
       input.size(0), in_channels, out_channels, input.size(2), input.size(3),

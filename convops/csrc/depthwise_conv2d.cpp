@@ -22,9 +22,10 @@ DepthwiseGeometry check_depthwise_conv2d(const char* op, const at::Tensor& input
 
   const int64_t in_channels = input.size(1);
   CONVOPS_CHECK(op, in_channels > 0, "input must have at least one channel, got shape ", input.sizes());
-  // As in ATen, only the batch may be empty (padding could otherwise make an empty image a valid one).
-  CONVOPS_CHECK(op, input.size(2) > 0 && input.size(3) > 0, "only an empty batch may be empty, got input of shape ",
-                input.sizes());
+  // As in ATen, a non-empty batch has non-empty images; an empty batch may have empty images (that padding makes
+  // valid ones, as F.conv2d accepts).
+  CONVOPS_CHECK(op, input.size(0) == 0 || (input.size(2) > 0 && input.size(3) > 0),
+                "only an empty batch may be empty, got input of shape ", input.sizes());
   CONVOPS_CHECK(op, weight.size(1) == 1, "a depthwise weight has one input channel per group: expected shape (",
                 "multiplier * ", in_channels, ", 1, kh, kw), got ", weight.sizes());
   CONVOPS_CHECK(op, weight.size(0) > 0 && weight.size(0) % in_channels == 0,
@@ -34,7 +35,7 @@ DepthwiseGeometry check_depthwise_conv2d(const char* op, const at::Tensor& input
   check_optional_like_input(op, bias_name, bias, input, weight.size(0));
 
   const auto out = conv_output_sizes(op, input.sizes().slice(2), weight.sizes().slice(2), stride, padding, dilation);
-  CONVOPS_CHECK(op, out[0] > 0 && out[1] > 0, "output size ", out, " is not positive");
+  CONVOPS_CHECK(op, out[0] > 0 && out[1] > 0, "output size ", at::IntArrayRef(out), " is not positive");
   return DepthwiseGeometry{
       input.size(0), in_channels, weight.size(0) / in_channels, weight.size(0),
       input.size(2), input.size(3), out[0], out[1],

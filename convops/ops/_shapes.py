@@ -6,6 +6,8 @@ from collections.abc import Sequence
 import torch
 from torch._prims_common import suggest_memory_format
 
+_INT64_MAX = 2**63 - 1
+
 
 def conv_output_size(size, kernel, stride, padding, dilation):
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
@@ -20,8 +22,12 @@ def conv_output_sizes(op: str, sizes: Sequence, kernel: Sequence, stride: Sequen
     out = []
     for i, s in enumerate(sizes):
         span = dilation[i] * (kernel[i] - 1) + 1
+        torch._check(s + 2 * padding[i] <= _INT64_MAX and span <= _INT64_MAX,
+                     lambda: f"{op}: the padding {list(padding)} and dilation {list(dilation)} with kernel "
+                             f"{list(kernel)} take the convolution's extents past 64 bits")
         torch._check(s + 2 * padding[i] >= span,
-                     lambda: f"{op}: the padded input is smaller than the dilated kernel")
+                     lambda: f"{op}: the padded input ({list(sizes)} + 2 * {list(padding)}) is smaller than the "
+                             f"dilated kernel ({list(kernel)}, dilation {list(dilation)})")
         out.append(conv_output_size(s, kernel[i], stride[i], padding[i], dilation[i]))
     return out
 

@@ -53,7 +53,7 @@ def _fake(input, weight, bias, stride, padding, dilation, num_groups, gn_weight,
     in_channels, channels = input.shape[1], weight.shape[0]
     torch._check(in_channels > 0,
                  lambda: f"{_OP}: input must have at least one channel, got shape {tuple(input.shape)}")
-    torch._check(input.shape[2] > 0 and input.shape[3] > 0,
+    torch._check(input.shape[0] == 0 or (input.shape[2] > 0 and input.shape[3] > 0),
                  lambda: f"{_OP}: only an empty batch may be empty, got input of shape {tuple(input.shape)}")
     torch._check(weight.shape[1] == in_channels,
                  lambda: f"{_OP}: weight must have shape (C_out, C_in = {in_channels}, kh, kw) (the convolution has "

@@ -34,7 +34,7 @@ def check_depthwise(op: str, input, weight, bias, stride, padding, dilation, wei
     in_channels = input.shape[1]
     torch._check(in_channels > 0,
                  lambda: f"{op}: input must have at least one channel, got shape {tuple(input.shape)}")
-    torch._check(input.shape[2] > 0 and input.shape[3] > 0,
+    torch._check(input.shape[0] == 0 or (input.shape[2] > 0 and input.shape[3] > 0),
                  lambda: f"{op}: only an empty batch may be empty, got input of shape {tuple(input.shape)}")
     torch._check(weight.shape[1] == 1,
                  lambda: f"{op}: a depthwise weight has one input channel per group: expected shape "

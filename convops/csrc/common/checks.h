@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/irange.h>
+#include <c10/util/safe_numerics.h>
 #include <torch/library.h>
 
 #include <optional>
@@ -71,6 +72,14 @@ inline int64_t conv_transpose_output_size(int64_t in, int64_t kernel, int64_t st
   return (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1;
 }
 
+// Whether in + 2 padding and dilation (kernel - 1) + 1, the extents conv_output_sizes compares, fit in int64 (an
+// absurd dilation would otherwise wrap around and pass the comparison, where the Python fake's ints do not).
+inline bool extents_fit_int64(int64_t in, int64_t kernel, int64_t padding, int64_t dilation) {
+  int64_t padded = 0, span = 0;
+  return !c10::mul_overflows(padding, int64_t{2}, &padded) && !c10::add_overflows(in, padded, &padded) &&
+         !c10::mul_overflows(dilation, kernel - 1, &span) && !c10::add_overflows(span, int64_t{1}, &span);
+}
+
 // The floor division (in + 2p - d(k-1) - 1) / s must not go below zero: C++ rounds toward zero, so a window
 // larger than the padded input would otherwise report one output element.
 inline std::vector<int64_t> conv_output_sizes(const char* op, at::IntArrayRef in, at::IntArrayRef kernel,
@@ -78,6 +87,9 @@ inline std::vector<int64_t> conv_output_sizes(const char* op, at::IntArrayRef in
                                               at::IntArrayRef dilation) {
   std::vector<int64_t> out(in.size());
   for (const auto i : c10::irange(in.size())) {
+    CONVOPS_CHECK(op, extents_fit_int64(in[i], kernel[i], padding[i], dilation[i]),
+                  "the padding ", padding, " and dilation ", dilation, " with kernel ", kernel,
+                  " take the convolution's extents past 64 bits");
     const int64_t span = dilation[i] * (kernel[i] - 1) + 1;
     CONVOPS_CHECK(op, in[i] + 2 * padding[i] >= span, "the padded input (", in, " + 2 * ", padding,
                   ") is smaller than the dilated kernel (", kernel, ", dilation ", dilation, ")");
