@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+
 import torch
 import torch.fx
 
