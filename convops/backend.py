@@ -85,11 +85,10 @@ def convops_backend(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str
     original = clone_graph(gm.graph)
     report = PassManager(opts.passes).run(gm, graph_id=_compile_id())
     try:
-        compiled = _compile_rest(gm, example_inputs, opts)
+        return _compile_rest(gm, example_inputs, opts)
     except Exception as exc:
         from torch._dynamo.exc import TorchDynamoException
         if not sum(report.replaced.values()) or isinstance(exc, TorchDynamoException):
-            publish(report)
             raise  # not ours, or Dynamo's own control flow (a restart with a float specialised, ...)
         # Something in the substituted graph broke the compile (say a fake implementation the compiler disagrees
         # with): the user still gets their model compiled, as it would be without convops, and the report says so.
@@ -101,10 +100,9 @@ def convops_backend(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str
         report.after = report.before
         gm.graph = original
         gm.recompile()
-        publish(report)
         return _compile_rest(gm, example_inputs, opts)
-    publish(report)
-    return compiled
+    finally:
+        publish(report)  # once the report says what was compiled
 
 
 def _compile_rest(gm: torch.fx.GraphModule, example_inputs: list, opts: BackendOptions):

@@ -124,24 +124,24 @@ def test_cuda_window_kernel_shapes(case, dtype, layout):
         check_against_reference(case, dtype, "cuda", layout)
 
 
+def strided_norm_parameters(views: str, channels: int, dtype, device) -> tuple:
+    """A GroupNorm weight, bias and scale that are not dense: every other element of a longer vector and columns of
+    matrices ("sliced"), or one value broadcast to every channel ("expanded")."""
+    if views == "sliced":
+        return (make_tensor((2 * channels,), dtype, device)[::2], make_tensor((channels, 3), dtype, device)[:, 1],
+                make_tensor((channels, 3), dtype, device, low=-2.0, high=2.0)[:, 1, None, None])
+    return (make_tensor((1,), dtype, device).expand(channels), make_tensor((), dtype, device).expand(channels),
+            make_tensor((1, 1, 1), dtype, device, low=-2.0, high=2.0).expand(channels, 1, 1))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [*DTYPES, torch.float64])
 @pytest.mark.parametrize("views", ["sliced", "expanded"])
 def test_strided_norm_weight_bias_and_scale(device, dtype, views):
-    """The GroupNorm weight and bias and the scale as views that are not dense: every other element of a longer
-    vector and a column of a matrix ("sliced"), or one value broadcast to every channel ("expanded"). The op reads
-    the elements the views show (the CPU kernel once read fp32 and fp64 views through their storage as if dense)."""
-    case = CASES[0]
-    args = list(make_problem(case, dtype, device))
-    cout = args[1].shape[0]
-    if views == "sliced":
-        gamma = make_tensor((2 * cout,), dtype, device)[::2]
-        beta = make_tensor((2 * cout,), dtype, device)[1::2]
-        scale = make_tensor((cout, 3), dtype, device, low=-2.0, high=2.0)[:, 1, None, None]
-    else:
-        gamma = make_tensor((1,), dtype, device).expand(cout)
-        beta = make_tensor((1,), dtype, device).expand(cout)
-        scale = make_tensor((1, 1, 1), dtype, device, low=-2.0, high=2.0).expand(cout, 1, 1)
+    """The op reads the elements the views of strided_norm_parameters show (the CPU kernel once read fp32 and fp64
+    views through their storage as if dense)."""
+    args = list(make_problem(CASES[0], dtype, device))
+    gamma, beta, scale = strided_norm_parameters(views, args[1].shape[0], dtype, device)
     assert not (gamma.is_contiguous() or beta.is_contiguous() or scale.is_contiguous())
     args[7], args[8], args[10] = gamma, beta, scale
     with allow_tf32(False):
@@ -151,24 +151,12 @@ def test_strided_norm_weight_bias_and_scale(device, dtype, views):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("views", ["sliced", "expanded"])
 def test_gradients_with_strided_norm_weight_bias_and_scale(device, views):
-    """Gradients of every input where the GroupNorm weight and bias and the scale are non-dense leaves, against the
-    ATen chain's (the backward once passed them to native_group_norm, which reads them as dense: gradients off by
-    up to 60, NaN in places)."""
-    case = CASES[0]
-    args = list(make_problem(case, torch.float64, device, requires_grad=True))
-    cout = args[1].shape[0]
-
-    def leaf(t):
-        return t.detach().requires_grad_()  # keeps the view's strides
-
-    if views == "sliced":
-        args[7] = leaf(make_tensor((2 * cout,), torch.float64, device)[::2])
-        args[8] = leaf(make_tensor((cout, 3), torch.float64, device)[:, 1])
-        args[10] = leaf(make_tensor((cout, 3), torch.float64, device, low=-2.0, high=2.0)[:, 1, None, None])
-    else:
-        args[7] = leaf(make_tensor((1,), torch.float64, device).expand(cout))
-        args[8] = leaf(make_tensor((), torch.float64, device).expand(cout))
-        args[10] = leaf(make_tensor((1, 1, 1), torch.float64, device, low=-2.0, high=2.0).expand(cout, 1, 1))
+    """Gradients of every input where the views of strided_norm_parameters are leaves, against the ATen chain's (the
+    backward once passed them to native_group_norm, which reads them as dense: gradients off by up to 60, NaN in
+    places)."""
+    args = list(make_problem(CASES[0], torch.float64, device, requires_grad=True))
+    views = strided_norm_parameters(views, args[1].shape[0], torch.float64, device)
+    args[7], args[8], args[10] = (t.detach().requires_grad_() for t in views)  # detach keeps the strides
     tensors, params = split(args)
     inputs = [t for t in tensors if t is not None]
     out = OP(*args)
