@@ -49,8 +49,9 @@ class PathChoice(NamedTuple):
     """One decision of "auto": the problem (op, device, TF32, tensors' dtype/sizes/strides, parameters), the path
     it took and the median time of each path. Paths: "convops" (the op's own kernel), "aten" (the ATen composition it
     replaces) and, for ops that offer one, "mixed" (convops' kernel for part of the work, ATen for the rest: the
-    separable op's convops depthwise kernel followed by the 1x1 as a cuBLAS GEMM); mixed_ms is None where there is
-    none."""
+    separable op's convops depthwise kernel followed by the 1x1); mixed_ms is None where there is none. That 1x1 is
+    decided as a problem of its own, "convops::depthwise_separable_conv2d.pointwise": "convops" is a cuBLAS GEMM,
+    "aten" ATen's 1x1 convolution."""
     problem: str
     path: str
     convops_ms: float

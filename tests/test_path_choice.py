@@ -8,10 +8,14 @@ import pytest
 import torch
 
 import convops
-from common_utils import allow_tf32, make_tensor, poison_allocator, reference
+from common_utils import allow_tf32, assert_close, make_tensor, poison_allocator, reference
 from fuzz_configs import OPS, draw
 from test_depthwise_conv2d import torch_depthwise
+from test_depthwise_separable_conv2d import separable_reference
 from test_fuzz import compare
+
+SEPARABLE = "convops::depthwise_separable_conv2d"
+SEPARABLE_POINTWISE = SEPARABLE + ".pointwise"  # the mixed path's 1x1, decided on its own
 
 
 def test_policy_round_trip_and_restore():
@@ -62,9 +66,14 @@ def test_cuda_every_policy_gives_the_reference(op_name, policy):
     compare(again, expected, torch.float32, tol, extra)
     choices = convops.path_choices()
     if policy == "auto":
-        assert len(choices) == 1 and choices[0].problem.startswith(f"convops::{op_name} cuda:0 "), choices
-        assert choices[0].path in ("convops", "aten", "mixed") and choices[0].convops_ms > 0, choices
-        assert choices[0].aten_ms > 0 and (choices[0].mixed_ms is None or choices[0].mixed_ms > 0), choices
+        own = [c for c in choices if c.problem.startswith(f"convops::{op_name} cuda:0 ")]
+        assert len(own) == 1, choices
+        assert own[0].path in ("convops", "aten", "mixed") and own[0].convops_ms > 0, choices
+        assert own[0].aten_ms > 0 and (own[0].mixed_ms is None or own[0].mixed_ms > 0), choices
+        # Besides: at most the separable mixed path's 1x1, decided once as a problem of its own.
+        rest = [c for c in choices if c not in own]
+        assert len(rest) <= (op_name == "depthwise_separable_conv2d"), choices
+        assert all(c.problem.startswith(f"{SEPARABLE_POINTWISE} cuda:0 ") for c in rest), choices
     else:
         assert choices == []
 
@@ -210,9 +219,38 @@ def test_cuda_separable_times_its_mixed_path_where_the_fused_kernel_applies(dtyp
     tol = dict(atol=5e-3, rtol=5e-3) if dtype == torch.float32 else dict(atol=6e-2, rtol=3e-2)
     torch.testing.assert_close(first, expected, **tol)
     torch.testing.assert_close(again, first)
-    choices = convops.path_choices()
-    assert len(choices) == 2, choices
+    choices = [c for c in convops.path_choices() if c.problem.startswith(SEPARABLE + " cuda:0 ")]
+    assert len(choices) == 2, convops.path_choices()
     with_mixed = [c for c in choices if c.mixed_ms is not None]
     assert len(with_mixed) == 1 and with_mixed[0].mixed_ms > 0, choices
     assert with_mixed[0].path == min((("convops", with_mixed[0].convops_ms), ("mixed", with_mixed[0].mixed_ms)),
                                      key=lambda p: p[1])[0] or with_mixed[0].path == "aten", choices
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_separable_mixed_path_decides_its_1x1_as_a_problem_of_its_own(dtype):
+    """The mixed path's 1x1 is a cuBLAS GEMM ("convops") or ATen's 1x1 convolution ("aten"), whichever "auto" timed
+    faster for the intermediate: a decision of its own, one per intermediate, recorded with both timings and the
+    intermediate's dtype, sizes and strides. Stride 2 keeps the problem outside the fused kernels, so the op's
+    convops path is the mixed one, which its own decision runs at least once (the warm-up); strict fp32, so that
+    fp32 may take the GEMM too."""
+    x = make_tensor((3, 24, 15, 17), dtype, "cuda")
+    dw, pw, pb = (make_tensor(shape, dtype, "cuda") for shape in [(24, 1, 5, 5), (40, 24, 1, 1), (40,)])
+    args = (x, dw, None, pw, pb, [2, 2], [2, 2], [1, 1])
+    convops.clear_path_choices()
+    with allow_tf32(False), convops.forced_path("auto"):
+        outputs = [torch.ops.convops.depthwise_separable_conv2d(x[:batch], *args[1:]) for batch in (3, 3, 2)]
+        wants = [separable_reference(x[:batch], *args[1:]).cuda() for batch in (3, 2)]
+    choices = convops.path_choices()
+    assert len([c for c in choices if c.problem.startswith(SEPARABLE + " cuda:0 ")]) == 2, choices
+    pointwise = sorted((c for c in choices if c.problem.startswith(SEPARABLE_POINTWISE + " cuda:0 ")),
+                       key=lambda c: c.problem)
+    name = {torch.float32: "Float", torch.bfloat16: "BFloat16"}[dtype]
+    assert [c.problem.split("]")[0] for c in pointwise] == [
+        f"{SEPARABLE_POINTWISE} cuda:0 {name}[2, 24, 8, 9", f"{SEPARABLE_POINTWISE} cuda:0 {name}[3, 24, 8, 9"], choices
+    for c in pointwise:
+        assert c.path in ("convops", "aten") and c.convops_ms > 0 and c.aten_ms > 0 and c.mixed_ms is None, c
+    assert_close(outputs[0], wants[0])
+    torch.testing.assert_close(outputs[1], outputs[0], atol=0, rtol=0)  # the recorded decisions
+    assert_close(outputs[2], wants[1])

@@ -4,8 +4,8 @@
 //     problems it covers: the row-streaming kernel (depthwise_separable_conv2d_streaming.cuh, Hopper, the seed's
 //     kind of problem) or the tile kernel (depthwise_separable_conv2d_pipelined.cuh); elsewhere the "convops" path
 //     is the mixed one;
-//   - "mixed": the convops depthwise kernel, then the 1x1 as a cuBLAS GEMM (or ATen's 1x1 convolution, see
-//     pointwise_as_gemm);
+//   - "mixed": the convops depthwise kernel, then the 1x1 as a cuBLAS GEMM or as ATen's 1x1 convolution, whichever
+//     "auto" timed faster for that intermediate (pointwise_stage);
 //   - "aten": ATen's two convolutions.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -64,29 +64,36 @@ at::Tensor aten_pointwise(const at::Tensor& mid, const at::Tensor& input, const 
       .contiguous(input.suggest_memory_format());
 }
 
-// The 1x1 of the mixed path. A 1x1 convolution is a GEMM: per image W (C_out x C) times the C x HW intermediate in
-// NCHW, or one (N HW x C) times W^T in channels-last. cuBLAS runs that GEMM well where cuDNN's 1x1 does not
-// (H200, seed 16x64x512x512 -> 128, tools/probe/pointwise_gemm.py, 2026-11-26: bf16 0.446 ms against 1.845, floor
-// 0.380; strict fp32 1.98 against 2.45; TF32 0.840 against 0.842), with outputs equal to cuDNN's to the bit in every
-// probed shape. ATen's convolution elsewhere: where cuBLAS would compute otherwise (cublas_gemm_matches_convolution),
-// and GEMM extents past int. The bias goes in as ATen adds it after cuDNN's convolution: a separate add on the
-// rounded product (cuBLASLt's bias epilogue would round once, not twice), in NCHW by convops' own add
-// (channel_bias.cuh: ATen's broadcast add was the mixed path's largest cost).
-at::Tensor pointwise_as_gemm(const at::Tensor& mid, const at::Tensor& input, const at::Tensor& pointwise_weight,
-                             const std::optional<at::Tensor>& pointwise_bias) {
-  const int64_t n = mid.size(0), c = mid.size(1), h = mid.size(2), w = mid.size(3);
-  const int64_t c_out = pointwise_weight.size(0);
-  // The layout decides, not contiguity alone: with one channel a channels-last tensor is NCHW-contiguous too, and
-  // the output must be channels-last all the same.
+// The layouts the 1x1 can run in as a GEMM: the intermediate dense in NCHW, or in NHWC for a channels-last input.
+// The layout decides, not contiguity alone: with one channel a channels-last tensor is NCHW-contiguous too, and the
+// output must be channels-last all the same.
+enum class GemmLayout { kNone, kNchw, kNhwc };
+
+// The layout in which the 1x1 of `mid` can be a cuBLAS GEMM with the bits of ATen's 1x1 convolution, or kNone: where
+// cuBLAS would compute otherwise (cublas_gemm_matches_convolution), other layouts, and GEMM extents past int.
+GemmLayout pointwise_gemm_layout(const at::Tensor& mid, const at::Tensor& input, const at::Tensor& pointwise_weight) {
   const bool nhwc = input.suggest_memory_format() == at::MemoryFormat::ChannelsLast &&
                     mid.is_contiguous(at::MemoryFormat::ChannelsLast);
   const bool nchw = !nhwc && mid.is_contiguous();
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-  const int64_t rows = nchw ? h * w : n * h * w;
-  if (!cublas_gemm_matches_convolution(mid.scalar_type()) || !(nchw || nhwc) || rows >= kIntMax || c >= kIntMax ||
-      c_out >= kIntMax) {
-    return aten_pointwise(mid, input, pointwise_weight, pointwise_bias);
+  const int64_t rows = nchw ? mid.size(2) * mid.size(3) : mid.size(0) * mid.size(2) * mid.size(3);
+  if (!cublas_gemm_matches_convolution(mid.scalar_type()) || !(nchw || nhwc) || rows >= kIntMax ||
+      mid.size(1) >= kIntMax || pointwise_weight.size(0) >= kIntMax) {
+    return GemmLayout::kNone;
   }
+  return nchw ? GemmLayout::kNchw : GemmLayout::kNhwc;
+}
+
+// The 1x1 as a GEMM (layout from pointwise_gemm_layout): per image W (C_out x C) times the C x HW intermediate in
+// NCHW, or one (N HW x C) times W^T in channels-last. The bias goes in as ATen adds it after cuDNN's convolution: a
+// separate add on the rounded product (cuBLASLt's bias epilogue would round once, not twice), in NCHW by convops' own
+// add (channel_bias.cuh: ATen's broadcast add was the mixed path's largest cost).
+at::Tensor pointwise_as_gemm(const at::Tensor& mid, GemmLayout layout, const at::Tensor& pointwise_weight,
+                             const std::optional<at::Tensor>& pointwise_bias) {
+  const int64_t n = mid.size(0), c = mid.size(1), h = mid.size(2), w = mid.size(3);
+  const int64_t c_out = pointwise_weight.size(0);
+  const bool nchw = layout == GemmLayout::kNchw;
+  const int64_t rows = n * h * w;
   const at::Tensor weight = pointwise_weight.reshape({c_out, c});
   const bool has_bias = pointwise_bias.has_value() && pointwise_bias->defined();
   if (nchw) {
@@ -97,6 +104,25 @@ at::Tensor pointwise_as_gemm(const at::Tensor& mid, const at::Tensor& input, con
   at::Tensor out = at::mm(mid.permute({0, 2, 3, 1}).reshape({rows, c}), weight.t());  // (N HW, C_out): NHWC
   if (has_bias) out.add_(pointwise_bias->view({1, c_out}));
   return out.view({n, h, w, c_out}).permute({0, 3, 1, 2});  // channels-last
+}
+
+constexpr const char* kPointwiseOp = "convops::depthwise_separable_conv2d.pointwise";
+
+// The 1x1 of the mixed path. Neither implementation wins everywhere, so "auto" decides it per intermediate, as a
+// problem of its own (kPointwiseOp in convops.path_choices(): "convops" is the GEMM, "aten" ATen's convolution).
+// cuBLAS runs the seed's GEMM well where cuDNN's 1x1 does not (H200, 16x64x512x512 -> 128, 2026-11-26: bf16 0.446 ms
+// against 1.845, floor 0.380; strict fp32 1.98 against 2.45), with outputs equal to cuDNN's to the bit in every probed
+// shape; but for many images of small planes it runs the NCHW batched GEMM with slow kernels (EfficientNet-B0
+// 1152 -> 192 at 7x7, batch 32, bf16: 40 us against 15 for cuDNN's 1x1; ConvNeXt-T 768 -> 3072: 160 us, H200,
+// 2026-11-27 07:00 UTC, .ab/aten_gap.py). Under a fixed policy the GEMM runs where it applies.
+at::Tensor pointwise_stage(const at::Tensor& mid, const at::Tensor& input, const at::Tensor& pointwise_weight,
+                           const std::optional<at::Tensor>& pointwise_bias) {
+  const GemmLayout layout = pointwise_gemm_layout(mid, input, pointwise_weight);
+  if (layout == GemmLayout::kNone) return aten_pointwise(mid, input, pointwise_weight, pointwise_bias);
+  return run_chosen_path(
+      problem_key(kPointwiseOp, mid, pointwise_weight, pointwise_bias),
+      [&] { return pointwise_as_gemm(mid, layout, pointwise_weight, pointwise_bias); },
+      [&] { return aten_pointwise(mid, input, pointwise_weight, pointwise_bias); });
 }
 
 at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Tensor& depthwise_weight,
@@ -117,11 +143,11 @@ at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Te
   const Operands o{input, depthwise_weight.contiguous(), pointwise_weight.contiguous(),
                    contiguous_or_none(depthwise_bias), contiguous_or_none(pointwise_bias)};
   // The mixed path: the convops depthwise kernel into an intermediate in the input's dtype (exactly as the ATen pair
-  // stores it), then the 1x1 as a GEMM.
+  // stores it), then the 1x1.
   const auto mixed = [&] {
     auto mid = empty_output(input, {d.batch, d.out_channels, d.out_h, d.out_w});
     depthwise_conv2d_into(input, depthwise_weight, depthwise_bias, mid, d, kOp);
-    return pointwise_as_gemm(mid, input, pointwise_weight, pointwise_bias);
+    return pointwise_stage(mid, input, pointwise_weight, pointwise_bias);
   };
   // The convops path: the fused kernel where it applies, the mixed path elsewhere (channels-last inputs, strides,
   // dilations, other paddings and filters, channel counts whose weights do not fit next to its pipeline, fp64).
