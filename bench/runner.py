@@ -68,11 +68,20 @@ def _column_result(status: str, ms=None, max_error=None, first_call_s=None, note
             "path": path}
 
 
+# The separable op's mixed path decides its 1x1 as a problem of its own (convops.PathChoice): "convops" = cuBLAS GEMM.
+_POINTWISE = "convops::depthwise_separable_conv2d.pointwise "
+_POINTWISE_NAMES = {"convops": "gemm", "aten": "cudnn"}
+
+
 def _chosen_path() -> str:
     """What the "auto" policy chose in the call just made: "convops", "aten", "mixed", or e.g. "aten+convops"
-    where one model call made several decisions."""
-    paths = sorted({choice.path for choice in convops.path_choices()})
-    return "+".join(paths) if paths else "convops"
+    where one model call made several decisions; the separable op's 1x1 decision, where one was made, follows as
+    " (1x1 gemm)" or " (1x1 cudnn)" (made in the decision's warm-up, it is there whichever path won)."""
+    choices = convops.path_choices()
+    ops = sorted({c.path for c in choices if not c.problem.startswith(_POINTWISE)})
+    pointwise = sorted({_POINTWISE_NAMES[c.path] for c in choices if c.problem.startswith(_POINTWISE)})
+    label = "+".join(ops) if ops else "convops"
+    return f"{label} (1x1 {'+'.join(pointwise)})" if pointwise else label
 
 
 def _first_line(exc: BaseException) -> str:

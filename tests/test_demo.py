@@ -319,7 +319,8 @@ def test_bench_times_launch_bound_cases_in_interleaved_rounds(monkeypatch):
     time)."""
     monkeypatch.setattr(runner.quiet, "settle", lambda: quiet.Settled(0.0, 0.0, True))
     called, order = [], []
-    draws = {"eager": iter([0.010, 0.030, 0.011, 0.040, 0.012]), "convops_op": iter([0.009, 0.020, 0.008, 0.030, 0.021])}
+    draws = {"eager": iter([0.010, 0.030, 0.011, 0.040, 0.012]),
+             "convops_op": iter([0.009, 0.020, 0.008, 0.030, 0.021])}
 
     def fake_runner(column, model, backend=None, backend_note=""):
         def fn(x):
@@ -341,6 +342,23 @@ def test_bench_times_launch_bound_cases_in_interleaved_rounds(monkeypatch):
     assert record["columns"]["eager"]["round_ms"] == [0.010, 0.030, 0.011, 0.040, 0.012]
     assert record["columns"]["eager"]["ms"] == 0.010 and record["columns"]["convops_op"]["ms"] == 0.008
     assert record["speedup"] == pytest.approx(0.010 / 0.008)
+
+
+@pytest.mark.parametrize("paths,label", [
+    ([], "convops"),
+    ([("convops::depthwise_conv2d cuda:0 Float[1]", "aten")], "aten"),
+    ([("convops::depthwise_separable_conv2d cuda:0 BFloat16[1]", "mixed"),
+      ("convops::depthwise_separable_conv2d.pointwise cuda:0 BFloat16[1]", "aten")], "mixed (1x1 cudnn)"),
+    ([("convops::depthwise_separable_conv2d cuda:0 Float[1]", "convops"),
+      ("convops::depthwise_separable_conv2d.pointwise cuda:0 Float[1]", "convops"),
+      ("convops::depthwise_conv2d cuda:0 Float[1]", "aten")], "aten+convops (1x1 gemm)"),
+])
+def test_bench_op_path_names_the_ops_decisions_and_the_separable_1x1_apart(monkeypatch, paths, label):
+    """The "op path" column: the ops' own decisions joined, the separable mixed path's 1x1 decision as a suffix
+    (its "convops" is the cuBLAS GEMM, its "aten" cuDNN's 1x1), never mixed into the ops' paths."""
+    choices = [convops.PathChoice(problem, path, 1.0, 2.0) for problem, path in paths]
+    monkeypatch.setattr(runner.convops, "path_choices", lambda: choices)
+    assert runner._chosen_path() == label
 
 
 def test_bench_background_cpu_counts_child_processes():

@@ -118,11 +118,12 @@ def bench(only_seed: bool = False) -> None:
             row = [name, mode, t_eager]
             row.append(bench_ms(rotating(lambda x: op(x, dw, db, pw, pb, 1), xs)))  # the fused kernel (forced)
             row.append(bench_ms(rotating(lambda x: mixed(x, dw, db, pw, pb, 1), xs)))
-            with convops.forced_path("auto"):  # the op as users get it: fused, mixed (dw + GEMM) or ATen
+            with convops.forced_path("auto"):  # the op as users get it: fused, mixed (dw + 1x1) or ATen
                 convops.clear_path_choices()
                 op(x, dw, db, pw, pb, 1)
                 row.append(bench_ms(rotating(lambda x: op(x, dw, db, pw, pb, 1), xs)))
-                row.append(convops.path_choices()[-1].path)
+                row.append(next(c.path for c in convops.path_choices()  # not its 1x1's (".pointwise")
+                                if c.problem.startswith("convops::depthwise_separable_conv2d cuda:")))
                 err_auto = (op(x, dw, db, pw, pb, 1).float() - eager(x, dw, db, pw, pb, 1).float()).abs().max()
             err = (op(x, dw, db, pw, pb, 1).float() - eager(x, dw, db, pw, pb, 1).float()).abs().max().item()
             row += [(in_bytes + out_bytes) / 4.25e12 * 1e3, f"{err:.2g}", f"{err_auto.item():.2g}"]

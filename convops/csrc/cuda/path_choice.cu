@@ -18,8 +18,8 @@ namespace cuda {
 namespace {
 
 constexpr int kTimedRuns = 5;  // odd: the median is one run's time
-// A convops path must be at least 3% faster than ATen's to be taken. In a near tie ATen's path, the eager
-// composition itself, is the one that cannot lose to eager: the decision's five runs and the benchmarks' do_bench
+// A convops path must be at least 3% faster than ATen's to be taken. In a near tie ATen's path runs the eager
+// composition's own kernels, so it does eager's work and no more: the decision's five runs and the benchmarks' do_bench
 // time batch-1 layers differently by a few percent (EfficientNet-B0's c480 14x14 separable layer, TF32: 13.92 against
 // 13.70 us in the decision, which the ATen-favouring margin before gave to convops; do_bench then timed 15.4 against
 // eager's 12.6 us, H200, 2026-11-27 07:23 UTC).
