@@ -1,7 +1,7 @@
 """convops benchmark: the convops ops against eager PyTorch and Inductor, side by side, with the physical floor.
 
-    python -m bench.run                   # everything: 70 cases x 3 precision modes, about 12 minutes on an H200
-    python -m bench.run --quick           # the seeds in every mode and one sweep case per family, about 2 minutes
+    python -m bench.run                   # everything: 70 cases x 3 precision modes, within a 720 s budget
+    python -m bench.run --quick           # the seeds in every mode and one sweep case per family, within 150 s
     python -m bench.run --cases 'seed|convnext' --modes tf32,bf16 --out /tmp/bench
     python -m bench.run --list            # the case names (works without a GPU)
 

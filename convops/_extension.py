@@ -1,7 +1,7 @@
 """Loading of the compiled library, convops._C.
 
 Importing convops must not fail just because the extension could not load (a torch/convops ABI mismatch, a
-missing build): the package records why, and every op call or backend use then says so clearly.
+missing build): the package records why, and every convops.<op> call or backend use then says so clearly.
 """
 from __future__ import annotations
 

@@ -10,8 +10,7 @@ as usual. At that point every call of the user's model is one node with its hype
 the spelling, so one matcher per pattern covers every configuration and dtype. AOTAutograd then traces the convops
 ops through their registered autograd formulas, so training works unchanged, and Inductor's caches key on the graph
 that already holds the convops ops, so a cache hit runs the rewritten graph. (Inductor's post-grad pattern hooks would
-see group_norm, max_pool2d and clamp already decomposed and only inference graphs; see
-shared/notes/fx-passes-research.md.)
+see group_norm, max_pool2d and clamp already decomposed, and only inference graphs.)
 
 Options (options={...}): "<pass name>": False turns a pass off (see convops.fx_passes.PASS_NAMES);
 "compiler": "inductor" (default), any other torch.compile backend name such as "eager" or "aot_eager" (for

@@ -9,7 +9,8 @@ A convops kernel is specialised; on problems where it does not pay, the op runs 
   eager's own kernels); :func:`path_choices` lists every decision with its timings.
 - ``"convops"``: always the convops kernel.  ``"aten"``: always ATen.
 
-The environment variable ``CONVOPS_PATH`` sets the policy at load time. CPU calls are unaffected.
+The environment variable ``CONVOPS_PATH`` sets the initial policy (read at the first policy use or CUDA call). CPU
+calls are unaffected.
 """
 from __future__ import annotations
 

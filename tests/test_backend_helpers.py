@@ -101,3 +101,31 @@ def ops_that_ran(fn, *inputs) -> set[str]:
     with torch.profiler.profile() as prof:
         fn(*inputs)
     return {e.key for e in prof.key_averages() if e.key.startswith("convops::")}
+
+
+
+_UNLOADED_LIBRARY_CALLS = """
+import torch, convops
+assert not convops.has_ops()
+x2, w2 = torch.randn(1, 2, 5, 5), torch.randn(2, 1, 3, 3)
+x3, w3 = torch.randn(1, 2, 3, 3, 3), torch.randn(2, 2, 1, 1, 1)
+for call in (lambda: convops.depthwise_conv2d(x2, w2), lambda: convops.conv_transpose3d(x3, w3)):
+    try:
+        call()
+    except RuntimeError as exc:
+        assert "could not be loaded" in str(exc) and "no-such-library" in str(exc), exc
+    else:
+        raise AssertionError("no error")
+"""
+
+
+def test_op_calls_say_why_when_the_library_did_not_load(tmp_path):
+    """With the compiled library unloadable, import convops still works, and an op call raises require_ops()'
+    error (what failed and how to rebuild) rather than torch.ops' AttributeError."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "CONVOPS_LIBRARY": str(tmp_path / "no-such-library.so")}
+    result = subprocess.run([sys.executable, "-c", _UNLOADED_LIBRARY_CALLS], env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -11,6 +11,7 @@ from . import _registry, _shapes
 _OP = "convops::conv2d_group_norm_scale_max_pool_clamp"
 
 
+@_registry.needs_ops
 def conv2d_group_norm_scale_max_pool_clamp(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                                            stride, padding, dilation, num_groups: int,
                                            gn_weight: torch.Tensor | None, gn_bias: torch.Tensor | None,

@@ -4,9 +4,10 @@ from __future__ import annotations
 import torch
 
 from . import _shapes
-from ._registry import register_fake
+from ._registry import needs_ops, register_fake
 
 
+@needs_ops
 def conv_transpose2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride=1,
                      padding=0, output_padding=0, groups: int = 1, dilation=1) -> torch.Tensor:
     """Same result as F.conv_transpose2d with the same arguments."""
@@ -14,6 +15,7 @@ def conv_transpose2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
                                                       dilation)
 
 
+@needs_ops
 def conv_transpose3d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride=1,
                      padding=0, output_padding=0, groups: int = 1, dilation=1) -> torch.Tensor:
     """Same result as F.conv_transpose3d with the same arguments."""

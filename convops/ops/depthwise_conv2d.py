@@ -4,11 +4,12 @@ from __future__ import annotations
 import torch
 
 from . import _shapes
-from ._registry import register_fake
+from ._registry import needs_ops, register_fake
 
 OP = "convops::depthwise_conv2d"
 
 
+@needs_ops
 def depthwise_conv2d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                      stride=1, padding=0, dilation=1) -> torch.Tensor:
     """Same result as F.conv2d(input, weight, bias, stride, padding, dilation, groups=input.shape[1])."""

@@ -4,12 +4,13 @@ from __future__ import annotations
 import torch
 
 from . import _shapes
-from ._registry import register_fake
+from ._registry import needs_ops, register_fake
 from .depthwise_conv2d import check_depthwise, pair
 
 OP = "convops::depthwise_separable_conv2d"
 
 
+@needs_ops
 def depthwise_separable_conv2d(input: torch.Tensor, depthwise_weight: torch.Tensor,
                                depthwise_bias: torch.Tensor | None, pointwise_weight: torch.Tensor,
                                pointwise_bias: torch.Tensor | None = None, stride=1, padding=0,
