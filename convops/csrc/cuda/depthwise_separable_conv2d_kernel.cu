@@ -114,7 +114,7 @@ constexpr const char* kPointwiseOp = "convops::depthwise_separable_conv2d.pointw
 // against 1.845, floor 0.380; strict fp32 1.98 against 2.45), with outputs equal to cuDNN's to the bit in every probed
 // shape; but for many images of small planes it runs the NCHW batched GEMM with slow kernels (EfficientNet-B0
 // 1152 -> 192 at 7x7, batch 32, bf16: 40 us against 15 for cuDNN's 1x1; ConvNeXt-T 768 -> 3072: 160 us, H200,
-// 2026-11-27 07:00 UTC, .ab/aten_gap.py). Under a fixed policy the GEMM runs where it applies.
+// 2026-11-27 07:00 UTC, tools/probe/separable_paths.py). Under a fixed policy the GEMM runs where it applies.
 at::Tensor pointwise_stage(const at::Tensor& mid, const at::Tensor& input, const at::Tensor& pointwise_weight,
                            const std::optional<at::Tensor>& pointwise_bias) {
   const GemmLayout layout = pointwise_gemm_layout(mid, input, pointwise_weight);
