@@ -21,6 +21,7 @@ FLOATS = "must be float64, float32, float16 or bfloat16"
 DENSE = r"must be a dense \(strided\) tensor"
 SPAN = "the padded input .*is smaller than the dilated kernel"
 NOT_EMPTY = "only an empty batch may be empty"
+PAST_64_BITS = "take the convolution's extents past 64 bits"
 
 Mutation = Callable[[dict, str], None]
 
@@ -31,6 +32,7 @@ class Bad:
     mutate: Mutation       # edits the base call's keyword arguments in place; gets the device
     problem: str           # regex for the problem, searched after the op's name
     meta: bool = True      # False where moving every tensor to meta makes the call valid (device mismatches)
+    parser: bool = False   # True where the schema's argument parser rejects the call, before any check of the op
 
 
 # ---- mutations ----------------------------------------------------------------------------------------------------
@@ -91,9 +93,13 @@ def tensor_cases(tensors: list[str], optional: list[str]) -> list[Bad]:
         Bad(f"{inp} int32", apply(*tensors, fn=to_int), f"{inp} {FLOATS}"),
         Bad(f"{inp} complex64", apply(*tensors, fn=to_complex), f"{inp} {FLOATS}"),
         Bad(f"{inp} bool", apply(inp, fn=lambda t: t > 0), f"{inp} {FLOATS}"),
+        Bad(f"{inp} float8_e4m3fn", apply(inp, fn=lambda t: t.to(torch.float8_e4m3fn)), f"{inp} {FLOATS}"),
+        Bad(f"{inp} bfloat16, the rest float32", apply(inp, fn=torch.Tensor.bfloat16),
+            f"{w} has dtype .* but input has dtype"),
         Bad(f"{inp} sparse", apply(inp, fn=to_sparse), f"{inp} {DENSE}"),
         Bad(f"{inp} None", put(**{inp: None}), f"{inp} is undefined"),
-        Bad(f"{inp} a list", put(**{inp: [1.0, 2.0]}), f"Expected a value of type 'Tensor' for argument '{inp}'"),
+        Bad(f"{inp} a list", put(**{inp: [1.0, 2.0]}), f"Expected a value of type 'Tensor' for argument '{inp}'",
+            parser=True),
         Bad(f"{w} None", put(**{w: None}), f"{w} is undefined"),
         Bad(f"{inp} on meta, {w} not", apply(inp, fn=to_meta), f"{w} is on \\S+ but input is on meta", meta=False),
         Bad(f"{w} on meta, {inp} not", apply(w, fn=to_meta), f"{w} is on meta but input is on", meta=False),
@@ -133,8 +139,8 @@ def param_cases(params: dict[str, int], spatial: int) -> list[Bad]:
             cases.append(Bad(f"{name} -3", put(**{name: [1] * (spatial - 1) + [-3]}), f"{name} must be non-negative"))
     first = next(iter(params))
     cases += [
-        Bad(f"{first} as a string", put(**{first: "1"}), f"argument '{first}'"),
-        Bad(f"{first} of floats", put(**{first: [1.5] * spatial}), f"argument '{first}'"),
+        Bad(f"{first} as a string", put(**{first: "1"}), f"argument '{first}'", parser=True),
+        Bad(f"{first} of floats", put(**{first: [1.5] * spatial}), f"argument '{first}'", parser=True),
     ]
     return cases
 
@@ -153,6 +159,7 @@ def depthwise_base(device):
 def depthwise_shape_cases(weight: str, bias: str) -> list[Bad]:
     """Geometry of the depthwise stage; shared by depthwise_conv2d and depthwise_separable_conv2d."""
     return [
+        Bad("input 0-D", apply("input", fn=lambda t: t[0, 0, 0, 0]), r"expected input to be 4-D"),
         Bad("input 3-D", apply("input", fn=lambda t: t[0]), r"expected input to be 4-D"),
         Bad("input 5-D", apply("input", fn=lambda t: t[None]), r"expected input to be 4-D"),
         Bad(f"{weight} 3-D", apply(weight, fn=lambda t: t[0]), f"expected {weight} to be 4-D"),
@@ -169,8 +176,13 @@ def depthwise_shape_cases(weight: str, bias: str) -> list[Bad]:
         Bad("empty width, 1x1 kernel", both(shaped("input", (2, 3, 8, 0)), shaped(weight, (6, 1, 1, 1))), NOT_EMPTY),
         Bad("kernel larger than the padded input", shaped(weight, (6, 1, 11, 3)), SPAN),
         Bad("dilated kernel larger than the padded input", put(dilation=[5, 1]), SPAN),
+        Bad("empty images in an empty batch, kernel past them",
+            both(shaped("input", (0, 3, 0, 8)), put(padding=[0, 0])), SPAN),
         Bad("input channels not matching the weight", shaped("input", (2, 4, 8, 8)),
             r"must be a positive multiple of C_in = 4"),
+        Bad("padding past 64 bits", put(padding=[2**62, 1]), PAST_64_BITS),
+        Bad("padding at the int64 maximum", put(padding=[1, 2**63 - 1]), PAST_64_BITS),
+        Bad("dilation past 64 bits", put(dilation=[1, 2**62 + 1]), PAST_64_BITS),  # (k - 1) d wraps to 2
     ]
 
 
@@ -247,6 +259,17 @@ def conv_transpose_cases(spatial: int):
                 Bad("no input channels", both(shaped("input", (2, 0, *s)), shaped("weight", (0, 3, *k)), put(groups=1),
                                               shaped("bias", (3,))),
                     r"at least groups=1"),
+                Bad("weight with no entries", shaped("weight", (0, 3, *k)), r"at least groups=2"),
+                # An unbatched input (C_in, *spatial) is checked as a batch of one, and its messages say so.
+                Bad("unbatched, channels not matching the weight", shaped("input", (5, *s)),
+                    r"input has 5 channels but weight"),
+                Bad("unbatched, bias of C_out / groups", both(shaped("input", (4, *s)), shaped("bias", (3,))),
+                    r"expected bias of shape \(6\)"),
+                Bad("unbatched, empty spatial input", shaped("input", (4, *s[:-1], 0)), NOT_EMPTY),
+                Bad("unbatched, output size <= 0",
+                    both(shaped("input", (4, *ones)),
+                         put(stride=ones, output_padding=[0] * spatial, padding=[2] * spatial)),
+                    "non-positive output size"),
             ])
 
 
@@ -278,16 +301,24 @@ def gn_cases():
                 Bad("num_groups not dividing", put(num_groups=3), "num_groups must be positive and divide C_out = 8"),
                 Bad("num_groups above the channels", put(num_groups=16),
                     "num_groups must be positive and divide C_out = 8"),
+                Bad("num_groups 2**40", put(num_groups=2**40), "num_groups must be positive and divide C_out = 8"),
+                Bad("weight with no output channels", shaped("weight", (0, 3, 3, 3)), "empty weight"),
                 # ATen's group_norm takes any eps and answers NaN where var + eps < 0; a negative (or non-finite)
                 # eps is a bug in the caller, so convops refuses it on every path.
                 Bad("eps negative", put(eps=-1e-5), "eps must be finite and non-negative"),
                 Bad("eps NaN", put(eps=float("nan")), "eps must be finite and non-negative"),
                 Bad("eps inf", put(eps=float("inf")), "eps must be finite and non-negative"),
+                Bad("eps -inf", put(eps=-float("inf")), "eps must be finite and non-negative"),
+                Bad("eps -NaN", put(eps=-float("nan")), "eps must be finite and non-negative"),
+                Bad("eps of 7 digits", put(eps=-0.1234567), "eps must be finite and non-negative"),
+                Bad("eps -1e300", put(eps=-1e300), "eps must be finite and non-negative"),
                 Bad("scale (C, 2)", shaped("scale", (8, 2)), scale),
                 Bad("scale (C-1, 1, 1)", shaped("scale", (7, 1, 1)), scale),
                 Bad("scale (2, C, 1, 1)", shaped("scale", (2, 8, 1, 1)), scale),
                 Bad("scale (1, 1, C)", shaped("scale", (1, 1, 8)), scale),
                 Bad("scale empty", shaped("scale", (0,)), scale),
+                Bad("scale (C, 1)", shaped("scale", (8, 1)), scale),
+                Bad("scale (C, 1, 1, 1)", shaped("scale", (8, 1, 1, 1)), scale),
                 Bad("scale None", put(scale=None), "scale is undefined"),
                 Bad("pool taller than the conv output", put(pool_kernel=[11, 2]),
                     "pool_kernel .*is larger than the convolution output"),
@@ -295,7 +326,11 @@ def gn_cases():
                     "pool_kernel .*is larger than the convolution output"),
                 Bad("kernel larger than the padded input", shaped("weight", (8, 3, 13, 3)), SPAN),
                 Bad("dilated kernel larger than the padded input", put(dilation=[1, 6]), SPAN),
-                Bad("clamp_min a string", put(clamp_min="0"), "argument 'clamp_min'"),
+                Bad("pool past the conv output both ways", put(pool_kernel=[11, 11]),
+                    "pool_kernel .*is larger than the convolution output"),
+                Bad("padding past 64 bits", put(padding=[2**62, 1]), PAST_64_BITS),
+                Bad("dilation past 64 bits", put(dilation=[2**62 + 1, 1]), PAST_64_BITS),
+                Bad("clamp_min a string", put(clamp_min="0"), "argument 'clamp_min'", parser=True),
             ])
 
 

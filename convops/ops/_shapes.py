@@ -1,6 +1,8 @@
-"""Shape arithmetic for the fake (meta) implementations. Works on ints and SymInts alike."""
+"""Shape arithmetic and argument checks for the fake (meta) implementations, whose messages are the C++ checks'
+word for word. Works on ints and SymInts alike."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -22,12 +24,10 @@ def conv_output_sizes(op: str, sizes: Sequence, kernel: Sequence, stride: Sequen
     out = []
     for i, s in enumerate(sizes):
         span = dilation[i] * (kernel[i] - 1) + 1
-        torch._check(s + 2 * padding[i] <= _INT64_MAX and span <= _INT64_MAX,
-                     lambda: f"{op}: the padding {list(padding)} and dilation {list(dilation)} with kernel "
-                             f"{list(kernel)} take the convolution's extents past 64 bits")
-        torch._check(s + 2 * padding[i] >= span,
-                     lambda: f"{op}: the padded input ({list(sizes)} + 2 * {list(padding)}) is smaller than the "
-                             f"dilated kernel ({list(kernel)}, dilation {list(dilation)})")
+        check(op, s + 2 * padding[i] <= _INT64_MAX and span <= _INT64_MAX, "the padding ", padding, " and dilation ",
+              dilation, " with kernel ", kernel, " take the convolution's extents past 64 bits")
+        check(op, s + 2 * padding[i] >= span, "the padded input (", sizes, " + 2 * ", padding,
+              ") is smaller than the dilated kernel (", kernel, ", dilation ", dilation, ")")
         out.append(conv_output_size(s, kernel[i], stride[i], padding[i], dilation[i]))
     return out
 
@@ -39,40 +39,70 @@ def empty_output(input: torch.Tensor, sizes: Sequence, dtype: torch.dtype | None
 
 
 def check_param(op: str, name: str, values: Sequence, n: int, min_value: int) -> None:
-    torch._check(len(values) == n, lambda: f"{op}: {name} must have {n} values, got {list(values)}")
+    check(op, len(values) == n, name, " must have ", n, " values, got ", values)
     for v in values:
-        torch._check(v >= min_value, lambda: f"{op}: {name} must be "
-                     f"{'non-negative' if min_value == 0 else 'positive'}, got {list(values)}")
+        check(op, v >= min_value, name, " must be ", "non-negative" if min_value == 0 else "positive", ", got ", values)
 
 
 # ---- the fake-path twins of csrc/common/checks.h, with the same messages, so a bad call fails alike on meta ----
 
 FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
+# c10's names of the layouts (operator<<(ostream&, Layout) in c10/core/Layout.h).
+_LAYOUT_NAMES = {torch.strided: "Strided", torch.sparse_coo: "Sparse", torch.sparse_csr: "SparseCsr",
+                 torch.sparse_csc: "SparseCsc", torch.sparse_bsr: "SparseBsr", torch.sparse_bsc: "SparseBsc",
+                 torch._mkldnn: "Mkldnn", torch.jagged: "Jagged"}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """c10's name of a dtype (Float, Double, Half, BFloat16, Int, ComplexFloat...), as C++ messages print a
+    ScalarType. TorchScript's TensorType takes it from c10::toString itself, so no table here can go stale."""
+    return torch._C.TensorType.get().with_dtype(dtype).scalarType()
+
+
+def c10_str(value) -> str:
+    """One part of a message as the C++ checks print it (c10's operator<<), so that a bad call reads the same in
+    eager mode and under torch.compile: sizes as an IntArrayRef ([3, 5], not (3, 5) or torch.Size([3, 5])), dtypes
+    and layouts by their c10 names, doubles as an ostream does (6 significant digits: -1, not -1.0; -nan keeps its
+    sign), and a symbolic size (torch.compile(dynamic=True)) by its hint, the size the eager call sees, not as s0."""
+    if isinstance(value, (list, tuple)):  # torch.Size is a tuple
+        return "[" + ", ".join(c10_str(v) for v in value) + "]"
+    if isinstance(value, torch.SymInt) and value.node.hint is not None:
+        return str(int(value.node.hint))
+    if isinstance(value, torch.dtype):
+        return dtype_name(value)
+    if isinstance(value, torch.layout):
+        return _LAYOUT_NAMES.get(value, str(value))
+    if isinstance(value, float):
+        return "-nan" if math.isnan(value) and math.copysign(1.0, value) < 0 else f"{value:g}"
+    return str(value)
+
+
+def check(op: str, cond, *message) -> None:
+    """CONVOPS_CHECK(op, cond, message...) of csrc/common/checks.h: torch._check with the op's name, then the
+    message's parts in c10's spelling (c10_str), formatted only when the check fails."""
+    torch._check(cond, lambda: f"{op}: " + "".join(c10_str(part) for part in message))
+
 
 def check_float_tensor(op: str, name: str, t: torch.Tensor | None) -> None:
-    torch._check(t is not None, lambda: f"{op}: {name} is undefined")  # None passed for a required Tensor
-    torch._check(t.layout == torch.strided,
-                 lambda: f"{op}: {name} must be a dense (strided) tensor, got layout {t.layout}")
-    torch._check(t.dtype in FLOAT_DTYPES,
-                 lambda: f"{op}: {name} must be float64, float32, float16 or bfloat16, got {t.dtype}")
+    check(op, t is not None, name, " is undefined")  # None passed for a required Tensor
+    check(op, t.layout == torch.strided, name, " must be a dense (strided) tensor, got layout ", t.layout)
+    check(op, t.dtype in FLOAT_DTYPES, name, " must be float64, float32, float16 or bfloat16, got ", t.dtype)
 
 
 def check_rank(op: str, name: str, t: torch.Tensor, rank: int, layout: str) -> None:
-    torch._check(t.dim() == rank, lambda: f"{op}: expected {name} to be {rank}-D {layout}, got a {t.dim()}-D "
-                                          f"tensor of shape {tuple(t.shape)}")
+    check(op, t.dim() == rank, "expected ", name, " to be ", rank, "-D ", layout, ", got a ", t.dim(),
+          "-D tensor of shape ", t.shape)
 
 
 def check_like_input(op: str, name: str, t: torch.Tensor, input: torch.Tensor) -> None:
     check_float_tensor(op, name, t)
-    torch._check(t.device == input.device, lambda: f"{op}: {name} is on {t.device} but input is on {input.device}")
-    torch._check(t.dtype == input.dtype,
-                 lambda: f"{op}: {name} has dtype {t.dtype} but input has dtype {input.dtype}")
+    check(op, t.device == input.device, name, " is on ", t.device, " but input is on ", input.device)
+    check(op, t.dtype == input.dtype, name, " has dtype ", t.dtype, " but input has dtype ", input.dtype)
 
 
 def check_optional_like_input(op: str, name: str, t: torch.Tensor | None, input: torch.Tensor, numel) -> None:
     if t is None:
         return
     check_like_input(op, name, t, input)
-    torch._check(t.dim() == 1 and t.shape[0] == numel,
-                 lambda: f"{op}: expected {name} of shape ({numel}), got {tuple(t.shape)}")
+    check(op, t.dim() == 1 and t.shape[0] == numel, "expected ", name, " of shape (", numel, "), got ", t.shape)

@@ -35,8 +35,8 @@ def _check_scale_shape(scale: torch.Tensor, channels) -> None:
     s = tuple(scale.shape)
     per_channel = ((len(s) == 1 and s[0] == channels) or (len(s) == 3 and s[0] == channels and s[1] == 1 and s[2] == 1)
                    or (len(s) == 4 and s[0] == 1 and s[1] == channels and s[2] == 1 and s[3] == 1))
-    torch._check(per_channel, lambda: f"{_OP}: scale must have shape (C,1,1), (1,C,1,1), (C,) or hold a single value, "
-                                      f"with C = {channels}, got {s}")
+    _shapes.check(_OP, per_channel, "scale must have shape (C,1,1), (1,C,1,1), (C,) or hold a single value, with C = ",
+                  channels, ", got ", s)
 
 
 @_registry.register_fake(_OP)
@@ -52,26 +52,23 @@ def _fake(input, weight, bias, stride, padding, dilation, num_groups, gn_weight,
     _shapes.check_param(_OP, "dilation", dilation, 2, 1)
     _shapes.check_param(_OP, "pool_kernel", pool_kernel, 2, 1)
     in_channels, channels = input.shape[1], weight.shape[0]
-    torch._check(in_channels > 0,
-                 lambda: f"{_OP}: input must have at least one channel, got shape {tuple(input.shape)}")
-    torch._check(input.shape[0] == 0 or (input.shape[2] > 0 and input.shape[3] > 0),
-                 lambda: f"{_OP}: only an empty batch may be empty, got input of shape {tuple(input.shape)}")
-    torch._check(weight.shape[1] == in_channels,
-                 lambda: f"{_OP}: weight must have shape (C_out, C_in = {in_channels}, kh, kw) (the convolution has "
-                         f"groups = 1), got {tuple(weight.shape)}")
-    torch._check(channels > 0 and weight.shape[2] > 0 and weight.shape[3] > 0,
-                 lambda: f"{_OP}: empty weight {tuple(weight.shape)}")
+    _shapes.check(_OP, in_channels > 0, "input must have at least one channel, got shape ", input.shape)
+    _shapes.check(_OP, input.shape[0] == 0 or (input.shape[2] > 0 and input.shape[3] > 0),
+                  "only an empty batch may be empty, got input of shape ", input.shape)
+    _shapes.check(_OP, weight.shape[1] == in_channels, "weight must have shape (C_out, C_in = ", in_channels,
+                  ", kh, kw) (the convolution has groups = 1), got ", weight.shape)
+    _shapes.check(_OP, channels > 0 and weight.shape[2] > 0 and weight.shape[3] > 0, "empty weight ", weight.shape)
     _shapes.check_optional_like_input(_OP, "bias", bias, input, channels)
-    torch._check(num_groups > 0 and channels % num_groups == 0,
-                 lambda: f"{_OP}: num_groups must be positive and divide C_out = {channels}, got {num_groups}")
+    _shapes.check(_OP, num_groups > 0 and channels % num_groups == 0, "num_groups must be positive and divide C_out = ",
+                  channels, ", got ", num_groups)
     _shapes.check_optional_like_input(_OP, "gn_weight", gn_weight, input, channels)
     _shapes.check_optional_like_input(_OP, "gn_bias", gn_bias, input, channels)
-    torch._check(eps >= 0 and math.isfinite(eps), lambda: f"{_OP}: eps must be finite and non-negative, got {eps}")
+    # C++ prints the double it received: float() hands c10_str a float whether eps came as an int or a float.
+    _shapes.check(_OP, eps >= 0 and math.isfinite(eps), "eps must be finite and non-negative, got ", float(eps))
     _shapes.check_like_input(_OP, "scale", scale, input)
     _check_scale_shape(scale, channels)
     conv_h, conv_w = _shapes.conv_output_sizes(_OP, input.shape[2:], weight.shape[2:], stride, padding, dilation)
-    torch._check(pool_kernel[0] <= conv_h and pool_kernel[1] <= conv_w,
-                 lambda: f"{_OP}: pool_kernel {list(pool_kernel)} is larger than the convolution output "
-                         f"{[conv_h, conv_w]}")
+    _shapes.check(_OP, pool_kernel[0] <= conv_h and pool_kernel[1] <= conv_w, "pool_kernel ", pool_kernel,
+                  " is larger than the convolution output ", [conv_h, conv_w])
     sizes = [input.shape[0], channels, conv_h // pool_kernel[0], conv_w // pool_kernel[1]]
     return _shapes.empty_output(input, sizes)

@@ -28,6 +28,7 @@ def conv_transpose3d(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
 def _fake(op: str, spatial_dims: int, input, weight, bias, stride, padding, output_padding, groups, dilation):
     """The checks of csrc/conv_transpose.cpp, in its order and with its messages, then the output it returns."""
     _shapes.check_float_tensor(op, "input", input)
+    # As in C++ (run_conv_transpose), an unbatched input is checked, and shown in messages, as a batch of one.
     unbatched = input.dim() == spatial_dims + 1
     batched = input.unsqueeze(0) if unbatched else input
     layout = "(N, C_in, H, W)" if spatial_dims == 2 else "(N, C_in, D, H, W)"
@@ -38,34 +39,32 @@ def _fake(op: str, spatial_dims: int, input, weight, bias, stride, padding, outp
     for name, values, minimum in (("stride", stride, 1), ("padding", padding, 0),
                                   ("output_padding", output_padding, 0), ("dilation", dilation, 1)):
         _shapes.check_param(op, name, values, spatial_dims, minimum)
-    torch._check(groups > 0, lambda: f"{op}: groups must be positive, got {groups}")
+    _shapes.check(op, groups > 0, "groups must be positive, got ", groups)
     in_channels = batched.shape[1]
-    torch._check(weight.shape[0] >= groups,
-                 lambda: f"{op}: expected weight to have at least groups={groups} entries in dimension 0, got weight "
-                         f"of shape {tuple(weight.shape)}")
-    torch._check(weight.shape[0] % groups == 0,
-                 lambda: f"{op}: weight dimension 0 ({weight.shape[0]}) must be divisible by groups={groups}")
-    torch._check(weight.shape[0] == in_channels,
-                 lambda: f"{op}: input has {in_channels} channels but weight of shape {tuple(weight.shape)} expects "
-                         f"{weight.shape[0]}")
+    _shapes.check(op, weight.shape[0] >= groups, "expected weight to have at least groups=", groups,
+                  " entries in dimension 0, got weight of shape ", weight.shape)
+    _shapes.check(op, weight.shape[0] % groups == 0, "weight dimension 0 (", weight.shape[0],
+                  ") must be divisible by groups=", groups)
+    _shapes.check(op, weight.shape[0] == in_channels, "input has ", in_channels, " channels but weight of shape ",
+                  weight.shape, " expects ", weight.shape[0])
     for i in range(spatial_dims):
-        torch._check(weight.shape[2 + i] > 0,
-                     lambda: f"{op}: kernel size must be positive, got weight of shape {tuple(weight.shape)}")
-        torch._check(output_padding[i] < stride[i] or output_padding[i] < dilation[i],
-                     lambda: f"{op}: output_padding must be smaller than either stride or dilation, got output_padding "
-                             f"{list(output_padding)}, stride {list(stride)}, dilation {list(dilation)}")
+        _shapes.check(op, weight.shape[2 + i] > 0, "kernel size must be positive, got weight of shape ", weight.shape)
+        _shapes.check(op, output_padding[i] < stride[i] or output_padding[i] < dilation[i],
+                      "output_padding must be smaller than either stride or dilation, got output_padding ",
+                      output_padding, ", stride ", stride, ", dilation ", dilation)
     out_channels = weight.shape[1] * groups
     _shapes.check_optional_like_input(op, "bias", bias, batched, out_channels)
     for i in range(spatial_dims):
         # Spatial size first: under dynamic shapes it is known positive, so no guard on the batch is added.
-        torch._check(batched.shape[2 + i] > 0 or batched.shape[0] == 0,
-                     lambda: f"{op}: only an empty batch may be empty, got input of shape {tuple(input.shape)}")
+        _shapes.check(op, batched.shape[2 + i] > 0 or batched.shape[0] == 0,
+                      "only an empty batch may be empty, got input of shape ", batched.shape)
     sizes = []
     for i in range(spatial_dims):
         size = _shapes.conv_transpose_output_size(batched.shape[2 + i], weight.shape[2 + i], stride[i],
                                                   padding[i], output_padding[i], dilation[i])
-        torch._check(size > 0, lambda: f"{op}: input of shape {tuple(input.shape)} and weight of shape "
-                                       f"{tuple(weight.shape)} give a non-positive output size in dimension {2 + i}")
+        _shapes.check(op, size > 0, "input of shape ", batched.shape, " and weight of shape ", weight.shape,
+                      " with stride ", stride, ", padding ", padding, ", output_padding ", output_padding,
+                      " and dilation ", dilation, " give a non-positive output size in dimension ", 2 + i)
         sizes.append(size)
     if unbatched:
         return input.new_empty([out_channels, *sizes])

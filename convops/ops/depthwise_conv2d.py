@@ -33,18 +33,15 @@ def check_depthwise(op: str, input, weight, bias, stride, padding, dilation, wei
     _shapes.check_param(op, "padding", padding, 2, 0)
     _shapes.check_param(op, "dilation", dilation, 2, 1)
     in_channels = input.shape[1]
-    torch._check(in_channels > 0,
-                 lambda: f"{op}: input must have at least one channel, got shape {tuple(input.shape)}")
-    torch._check(input.shape[0] == 0 or (input.shape[2] > 0 and input.shape[3] > 0),
-                 lambda: f"{op}: only an empty batch may be empty, got input of shape {tuple(input.shape)}")
-    torch._check(weight.shape[1] == 1,
-                 lambda: f"{op}: a depthwise weight has one input channel per group: expected shape "
-                         f"(multiplier * {in_channels}, 1, kh, kw), got {tuple(weight.shape)}")
-    torch._check(weight.shape[0] > 0 and weight.shape[0] % in_channels == 0,
-                 lambda: f"{op}: {weight_name}.size(0) must be a positive multiple of C_in = {in_channels} "
-                         f"(groups = C_in), got {weight_name} {tuple(weight.shape)}")
-    torch._check(weight.shape[2] > 0 and weight.shape[3] > 0,
-                 lambda: f"{op}: empty kernel: {weight_name} {tuple(weight.shape)}")
+    _shapes.check(op, in_channels > 0, "input must have at least one channel, got shape ", input.shape)
+    _shapes.check(op, input.shape[0] == 0 or (input.shape[2] > 0 and input.shape[3] > 0),
+                  "only an empty batch may be empty, got input of shape ", input.shape)
+    _shapes.check(op, weight.shape[1] == 1, "a depthwise weight has one input channel per group: expected shape (",
+                  "multiplier * ", in_channels, ", 1, kh, kw), got ", weight.shape)
+    _shapes.check(op, weight.shape[0] > 0 and weight.shape[0] % in_channels == 0,
+                  weight_name, ".size(0) must be a positive multiple of C_in = ", in_channels, " (groups = C_in), got ",
+                  weight_name, " ", weight.shape)
+    _shapes.check(op, weight.shape[2] > 0 and weight.shape[3] > 0, "empty kernel: ", weight_name, " ", weight.shape)
     _shapes.check_optional_like_input(op, bias_name, bias, input, weight.shape[0])
     return _shapes.conv_output_sizes(op, input.shape[2:], weight.shape[2:], stride, padding, dilation)
 

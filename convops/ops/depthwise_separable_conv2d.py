@@ -29,9 +29,10 @@ def _depthwise_separable_conv2d_fake(input, depthwise_weight, depthwise_bias, po
                              "depthwise_weight", "depthwise_bias")
     _shapes.check_like_input(OP, "pointwise_weight", pointwise_weight, input)
     mid = depthwise_weight.shape[0]
-    torch._check(pointwise_weight.dim() == 4 and pointwise_weight.shape[0] > 0 and pointwise_weight.shape[1] == mid
-                 and pointwise_weight.shape[2] == 1 and pointwise_weight.shape[3] == 1,
-                 lambda: f"{OP}: expected pointwise_weight of shape (C_out, {mid}, 1, 1) with C_out > 0, "
-                         f"got {tuple(pointwise_weight.shape)}")
+    _shapes.check(OP, pointwise_weight.dim() == 4 and pointwise_weight.shape[0] > 0
+                  and pointwise_weight.shape[1] == mid and pointwise_weight.shape[2] == 1
+                  and pointwise_weight.shape[3] == 1,
+                  "expected pointwise_weight of shape (C_out, ", mid, ", 1, 1) with C_out > 0, got ",
+                  pointwise_weight.shape)
     _shapes.check_optional_like_input(OP, "pointwise_bias", pointwise_bias, input, pointwise_weight.shape[0])
     return _shapes.empty_output(input, [input.shape[0], pointwise_weight.shape[0], *out_hw])
