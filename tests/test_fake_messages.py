@@ -143,11 +143,9 @@ def fuzz_calls() -> list[BadCall]:
 
 
 def int64_overflow_calls() -> list[BadCall]:
-    """Transposed output sizes past int64: C++ computes them in wrapping int64 arithmetic, with no overflow check
-    (here (4 - 1) * 2**62 wraps to -2**62, a "non-positive output size"), while the fake's Python ints do not wrap
-    and meta fails allocating the huge output (a TypeError). Making the fake wrap would copy a C++ bug (with 5 for 4
-    the size wraps to 3, passes the check and the CPU kernel fails later, without the op's name), so this stays a
-    known difference until csrc/conv_transpose.cpp checks the overflow, as conv_output_sizes does."""
+    """Transposed output sizes past int64 ((4 - 1) * 2**62 wraps to -2**62 in int64; with 5 for 4 it wraps to a
+    small positive size that used to pass every C++ check and fail later without the op's name): both sides reject
+    them by name (transposed_extent_fits_int64)."""
     return [BadCall(op, "stride 2**62", lambda op=op, dims=dims:
                     ([], dict(hostile.OPS[op][0]("cpu"), stride=[2**62] * dims)))
             for op, dims in (("conv_transpose2d", 2), ("conv_transpose3d", 3))]
@@ -189,11 +187,10 @@ def test_meta_message_is_the_cpu_message(call):
     assert_same_message(call)
 
 
-@pytest.mark.xfail(strict=True, reason="C++ computes transposed output sizes in wrapping int64 (see "
-                                       "int64_overflow_calls)")
 @pytest.mark.parametrize("call", [pytest.param(call, id=f"{call.op}-{call.id}") for call in int64_overflow_calls()])
 def test_transposed_output_size_past_int64(call):
     assert_same_message(call)
+    assert "take the output size past 64 bits" in message(call, "cpu")
 
 
 COMPILED = [("depthwise_conv2d", "hostile-bias one short"),

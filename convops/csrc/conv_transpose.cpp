@@ -49,6 +49,11 @@ ConvTransposeArgs check_conv_transpose_args(const char* op, const at::Tensor& in
 
   ConvTransposeArgs args{spatial_dims, stride.vec(), padding.vec(), output_padding.vec(), dilation.vec(), groups, {}};
   for (const auto i : c10::irange(spatial_dims)) {
+    CONVOPS_CHECK(op, transposed_extent_fits_int64(input.size(2 + i), weight.size(2 + i), stride[i], padding[i],
+                                                   output_padding[i], dilation[i]),
+                  "the stride ", stride, ", padding ", padding, ", output_padding ", output_padding, " and dilation ",
+                  dilation, " with input of shape ", input.sizes(), " and weight of shape ", weight.sizes(),
+                  " take the output size past 64 bits");
     const int64_t size = conv_transpose_output_size(input.size(2 + i), weight.size(2 + i), stride[i], padding[i],
                                                     output_padding[i], dilation[i]);
     CONVOPS_CHECK(op, size > 0, "input of shape ", input.sizes(), " and weight of shape ", weight.sizes(),

@@ -19,6 +19,15 @@ def conv_transpose_output_size(size, kernel, stride, padding, output_padding, di
     return (size - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
 
 
+def transposed_extent_fits_int64(size, kernel, stride, padding, output_padding, dilation):
+    """csrc/common/checks.h's twin: conv_transpose_output_size's products and sums, in its order, within int64
+    (the arguments are validated: sizes, kernel, stride and dilation >= 1, paddings >= 0, so each step only grows
+    or, for the padding's subtraction, cannot overflow)."""
+    strided, span = (size - 1) * stride, dilation * (kernel - 1)
+    return (strided <= _INT64_MAX and 2 * padding <= _INT64_MAX and span <= _INT64_MAX
+            and strided - 2 * padding + span + output_padding + 1 <= _INT64_MAX)
+
+
 def conv_output_sizes(op: str, sizes: Sequence, kernel: Sequence, stride: Sequence, padding: Sequence,
                       dilation: Sequence) -> list:
     out = []

@@ -60,6 +60,11 @@ def _fake(op: str, spatial_dims: int, input, weight, bias, stride, padding, outp
                       "only an empty batch may be empty, got input of shape ", batched.shape)
     sizes = []
     for i in range(spatial_dims):
+        _shapes.check(op, _shapes.transposed_extent_fits_int64(batched.shape[2 + i], weight.shape[2 + i], stride[i],
+                                                               padding[i], output_padding[i], dilation[i]),
+                      "the stride ", stride, ", padding ", padding, ", output_padding ", output_padding,
+                      " and dilation ", dilation, " with input of shape ", batched.shape, " and weight of shape ",
+                      weight.shape, " take the output size past 64 bits")
         size = _shapes.conv_transpose_output_size(batched.shape[2 + i], weight.shape[2 + i], stride[i],
                                                   padding[i], output_padding[i], dilation[i])
         _shapes.check(op, size > 0, "input of shape ", batched.shape, " and weight of shape ", weight.shape,
