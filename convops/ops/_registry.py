@@ -28,11 +28,13 @@ def register_fake(qualname: str):
 
 
 def needs_ops(wrapper):
-    """An op's Python wrapper, which raises require_ops()' error (why the compiled library did not load) instead of
-    torch.ops' AttributeError when the op is missing."""
+    """An op's Python wrapper as it is where the compiled library loaded (decided once, at import: no cost a call);
+    where it did not, a stand-in that raises require_ops()' error (why, and how to rebuild) instead of torch.ops'
+    AttributeError."""
+    if has_ops():
+        return wrapper
+
     @functools.wraps(wrapper)
-    def checked(*args, **kwargs):
-        if not has_ops():
-            require_ops()
-        return wrapper(*args, **kwargs)
-    return checked
+    def unavailable(*args, **kwargs):
+        require_ops()
+    return unavailable
