@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 import convops
+from convops.path_choice import SEPARABLE_POINTWISE
 
 from . import quiet
 from .cases import Case
@@ -68,8 +69,8 @@ def _column_result(status: str, ms=None, max_error=None, first_call_s=None, note
             "path": path}
 
 
-# The separable op's mixed path decides its 1x1 as a problem of its own (convops.PathChoice): "convops" = cuBLAS GEMM.
-_POINTWISE = "convops::depthwise_separable_conv2d.pointwise "
+# The separable op's mixed path decides its 1x1 as a problem of its own: "convops" = cuBLAS GEMM, "aten" = cuDNN.
+_POINTWISE = SEPARABLE_POINTWISE + " "
 _POINTWISE_NAMES = {"convops": "gemm", "aten": "cudnn"}
 
 

@@ -47,6 +47,11 @@ def forced_path(policy: str) -> Iterator[None]:
         set_path_policy(previous)
 
 
+# The problem name under which the separable op's mixed path records the decision of its 1x1 (csrc/cuda/
+# depthwise_separable_conv2d_kernel.cu, kPointwiseOp): "convops" is the cuBLAS GEMM, "aten" cuDNN's 1x1.
+SEPARABLE_POINTWISE = "convops::depthwise_separable_conv2d.pointwise"
+
+
 class PathChoice(NamedTuple):
     """One decision of "auto": the problem (op, device, TF32, tensors' dtype/sizes/strides, parameters), the path
     it took and the median time of each path. Paths: "convops" (the op's own kernel), "aten" (the ATen composition it

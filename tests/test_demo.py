@@ -15,6 +15,7 @@ import torch
 
 import convops
 from convops import demo
+from convops.path_choice import SEPARABLE_POINTWISE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ lives beside the package, not inside it
 from bench import cases as bench_cases  # noqa: E402
@@ -348,9 +349,9 @@ def test_bench_times_launch_bound_cases_in_interleaved_rounds(monkeypatch):
     ([], "convops"),
     ([("convops::depthwise_conv2d cuda:0 Float[1]", "aten")], "aten"),
     ([("convops::depthwise_separable_conv2d cuda:0 BFloat16[1]", "mixed"),
-      ("convops::depthwise_separable_conv2d.pointwise cuda:0 BFloat16[1]", "aten")], "mixed (1x1 cudnn)"),
+      (f"{SEPARABLE_POINTWISE} cuda:0 BFloat16[1]", "aten")], "mixed (1x1 cudnn)"),
     ([("convops::depthwise_separable_conv2d cuda:0 Float[1]", "convops"),
-      ("convops::depthwise_separable_conv2d.pointwise cuda:0 Float[1]", "convops"),
+      (f"{SEPARABLE_POINTWISE} cuda:0 Float[1]", "convops"),
       ("convops::depthwise_conv2d cuda:0 Float[1]", "aten")], "aten+convops (1x1 gemm)"),
 ])
 def test_bench_op_path_names_the_ops_decisions_and_the_separable_1x1_apart(monkeypatch, paths, label):

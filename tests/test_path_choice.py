@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import convops
+from convops.path_choice import SEPARABLE_POINTWISE  # the mixed path's 1x1, decided on its own
 from common_utils import allow_tf32, assert_close, make_tensor, poison_allocator, reference
 from fuzz_configs import OPS, draw
 from test_depthwise_conv2d import torch_depthwise
@@ -15,7 +16,6 @@ from test_depthwise_separable_conv2d import separable_reference
 from test_fuzz import compare
 
 SEPARABLE = "convops::depthwise_separable_conv2d"
-SEPARABLE_POINTWISE = SEPARABLE + ".pointwise"  # the mixed path's 1x1, decided on its own
 
 
 def test_policy_round_trip_and_restore():
