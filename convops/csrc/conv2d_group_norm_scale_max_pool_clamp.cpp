@@ -42,10 +42,7 @@ ConvGnPoolGeometry check_conv2d_group_norm_scale_max_pool_clamp(
   const int64_t in_channels = input.size(1);
   const int64_t out_channels = weight.size(0);
   CONVOPS_CHECK(kOp, in_channels > 0, "input must have at least one channel, got shape ", input.sizes());
-  // As in ATen, a non-empty batch has non-empty images; an empty batch may have empty images (that padding makes
-  // valid ones, as F.conv2d accepts).
-  CONVOPS_CHECK(kOp, input.size(0) == 0 || (input.size(2) > 0 && input.size(3) > 0),
-                "only an empty batch may be empty, got input of shape ", input.sizes());
+  check_images_nonempty(kOp, input);
   CONVOPS_CHECK(kOp, weight.size(1) == in_channels, "weight must have shape (C_out, C_in = ", in_channels,
                 ", kh, kw) (the convolution has groups = 1), got ", weight.sizes());
   CONVOPS_CHECK(kOp, out_channels > 0 && weight.size(2) > 0 && weight.size(3) > 0, "empty weight ", weight.sizes());

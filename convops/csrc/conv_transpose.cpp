@@ -39,23 +39,16 @@ ConvTransposeArgs check_conv_transpose_args(const char* op, const at::Tensor& in
   }
   check_optional_like_input(op, "bias", bias, input, weight.size(1) * groups);
 
-  // ATen accepts empty batches and rejects every other empty input.
-  if (input.size(0) > 0) {
-    for (const auto i : c10::irange(spatial_dims)) {
-      CONVOPS_CHECK(op, input.size(2 + i) > 0, "only an empty batch may be empty, got input of shape ",
-                    input.sizes());
-    }
-  }
+  check_images_nonempty(op, input);
 
   ConvTransposeArgs args{spatial_dims, stride.vec(), padding.vec(), output_padding.vec(), dilation.vec(), groups, {}};
   for (const auto i : c10::irange(spatial_dims)) {
-    CONVOPS_CHECK(op, transposed_extent_fits_int64(input.size(2 + i), weight.size(2 + i), stride[i], padding[i],
-                                                   output_padding[i], dilation[i]),
-                  "the stride ", stride, ", padding ", padding, ", output_padding ", output_padding, " and dilation ",
-                  dilation, " with input of shape ", input.sizes(), " and weight of shape ", weight.sizes(),
-                  " take the output size past 64 bits");
-    const int64_t size = conv_transpose_output_size(input.size(2 + i), weight.size(2 + i), stride[i], padding[i],
+    const auto fitting = conv_transpose_output_size(input.size(2 + i), weight.size(2 + i), stride[i], padding[i],
                                                     output_padding[i], dilation[i]);
+    CONVOPS_CHECK(op, fitting.has_value(), "the stride ", stride, ", padding ", padding, ", output_padding ",
+                  output_padding, " and dilation ", dilation, " with input of shape ", input.sizes(),
+                  " and weight of shape ", weight.sizes(), " take the output size past 64 bits");
+    const int64_t size = *fitting;
     CONVOPS_CHECK(op, size > 0, "input of shape ", input.sizes(), " and weight of shape ", weight.sizes(),
                   " with stride ", stride, ", padding ", padding, ", output_padding ", output_padding,
                   " and dilation ", dilation, " give a non-positive output size in dimension ", 2 + i);

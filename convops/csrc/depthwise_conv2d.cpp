@@ -22,10 +22,7 @@ DepthwiseGeometry check_depthwise_conv2d(const char* op, const at::Tensor& input
 
   const int64_t in_channels = input.size(1);
   CONVOPS_CHECK(op, in_channels > 0, "input must have at least one channel, got shape ", input.sizes());
-  // As in ATen, a non-empty batch has non-empty images; an empty batch may have empty images (that padding makes
-  // valid ones, as F.conv2d accepts).
-  CONVOPS_CHECK(op, input.size(0) == 0 || (input.size(2) > 0 && input.size(3) > 0),
-                "only an empty batch may be empty, got input of shape ", input.sizes());
+  check_images_nonempty(op, input);
   CONVOPS_CHECK(op, weight.size(1) == 1, "a depthwise weight has one input channel per group: expected shape (",
                 "multiplier * ", in_channels, ", 1, kh, kw), got ", weight.sizes());
   CONVOPS_CHECK(op, weight.size(0) > 0 && weight.size(0) % in_channels == 0,

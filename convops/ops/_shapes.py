@@ -16,16 +16,19 @@ def conv_output_size(size, kernel, stride, padding, dilation):
 
 
 def conv_transpose_output_size(size, kernel, stride, padding, output_padding, dilation):
-    return (size - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
+    """csrc/common/checks.h's twin: the output extent, and whether its products and sums stay within int64 as C++
+    computes them (validated arguments: sizes, kernel, stride and dilation >= 1, paddings >= 0, so after the padding's
+    subtraction, which cannot overflow, each step only grows)."""
+    strided, padded, span = (size - 1) * stride, 2 * padding, dilation * (kernel - 1)
+    out = strided - padded + span + output_padding + 1
+    return out, strided <= _INT64_MAX and padded <= _INT64_MAX and span <= _INT64_MAX and out <= _INT64_MAX
 
 
-def transposed_extent_fits_int64(size, kernel, stride, padding, output_padding, dilation):
-    """csrc/common/checks.h's twin: conv_transpose_output_size's products and sums, in its order, within int64
-    (the arguments are validated: sizes, kernel, stride and dilation >= 1, paddings >= 0, so each step only grows
-    or, for the padding's subtraction, cannot overflow)."""
-    strided, span = (size - 1) * stride, dilation * (kernel - 1)
-    return (strided <= _INT64_MAX and 2 * padding <= _INT64_MAX and span <= _INT64_MAX
-            and strided - 2 * padding + span + output_padding + 1 <= _INT64_MAX)
+def check_images_nonempty(op: str, shape) -> None:
+    """check_images_nonempty of csrc/common/checks.h: a non-empty batch has non-empty images. Each image size is
+    tested before the batch: under dynamic shapes it is known positive, so no guard on the batch is added."""
+    for size in shape[2:]:
+        check(op, size > 0 or shape[0] == 0, "only an empty batch may be empty, got input of shape ", shape)
 
 
 def conv_output_sizes(op: str, sizes: Sequence, kernel: Sequence, stride: Sequence, padding: Sequence,

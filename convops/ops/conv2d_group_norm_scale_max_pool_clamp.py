@@ -53,8 +53,7 @@ def _fake(input, weight, bias, stride, padding, dilation, num_groups, gn_weight,
     _shapes.check_param(_OP, "pool_kernel", pool_kernel, 2, 1)
     in_channels, channels = input.shape[1], weight.shape[0]
     _shapes.check(_OP, in_channels > 0, "input must have at least one channel, got shape ", input.shape)
-    _shapes.check(_OP, input.shape[0] == 0 or (input.shape[2] > 0 and input.shape[3] > 0),
-                  "only an empty batch may be empty, got input of shape ", input.shape)
+    _shapes.check_images_nonempty(_OP, input.shape)
     _shapes.check(_OP, weight.shape[1] == in_channels, "weight must have shape (C_out, C_in = ", in_channels,
                   ", kh, kw) (the convolution has groups = 1), got ", weight.shape)
     _shapes.check(_OP, channels > 0 and weight.shape[2] > 0 and weight.shape[3] > 0, "empty weight ", weight.shape)

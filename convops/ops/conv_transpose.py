@@ -54,19 +54,14 @@ def _fake(op: str, spatial_dims: int, input, weight, bias, stride, padding, outp
                       output_padding, ", stride ", stride, ", dilation ", dilation)
     out_channels = weight.shape[1] * groups
     _shapes.check_optional_like_input(op, "bias", bias, batched, out_channels)
-    for i in range(spatial_dims):
-        # Spatial size first: under dynamic shapes it is known positive, so no guard on the batch is added.
-        _shapes.check(op, batched.shape[2 + i] > 0 or batched.shape[0] == 0,
-                      "only an empty batch may be empty, got input of shape ", batched.shape)
+    _shapes.check_images_nonempty(op, batched.shape)
     sizes = []
     for i in range(spatial_dims):
-        _shapes.check(op, _shapes.transposed_extent_fits_int64(batched.shape[2 + i], weight.shape[2 + i], stride[i],
-                                                               padding[i], output_padding[i], dilation[i]),
-                      "the stride ", stride, ", padding ", padding, ", output_padding ", output_padding,
+        size, fits = _shapes.conv_transpose_output_size(batched.shape[2 + i], weight.shape[2 + i], stride[i],
+                                                        padding[i], output_padding[i], dilation[i])
+        _shapes.check(op, fits, "the stride ", stride, ", padding ", padding, ", output_padding ", output_padding,
                       " and dilation ", dilation, " with input of shape ", batched.shape, " and weight of shape ",
                       weight.shape, " take the output size past 64 bits")
-        size = _shapes.conv_transpose_output_size(batched.shape[2 + i], weight.shape[2 + i], stride[i],
-                                                  padding[i], output_padding[i], dilation[i])
         _shapes.check(op, size > 0, "input of shape ", batched.shape, " and weight of shape ", weight.shape,
                       " with stride ", stride, ", padding ", padding, ", output_padding ", output_padding,
                       " and dilation ", dilation, " give a non-positive output size in dimension ", 2 + i)

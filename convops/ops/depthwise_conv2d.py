@@ -34,8 +34,7 @@ def check_depthwise(op: str, input, weight, bias, stride, padding, dilation, wei
     _shapes.check_param(op, "dilation", dilation, 2, 1)
     in_channels = input.shape[1]
     _shapes.check(op, in_channels > 0, "input must have at least one channel, got shape ", input.shape)
-    _shapes.check(op, input.shape[0] == 0 or (input.shape[2] > 0 and input.shape[3] > 0),
-                  "only an empty batch may be empty, got input of shape ", input.shape)
+    _shapes.check_images_nonempty(op, input.shape)
     _shapes.check(op, weight.shape[1] == 1, "a depthwise weight has one input channel per group: expected shape (",
                   "multiplier * ", in_channels, ", 1, kh, kw), got ", weight.shape)
     _shapes.check(op, weight.shape[0] > 0 and weight.shape[0] % in_channels == 0,

@@ -66,22 +66,29 @@ inline int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int6
   return (in + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1;
 }
 
-// Output extent of a transposed convolution along one dimension.
-inline int64_t conv_transpose_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding,
-                                          int64_t output_padding, int64_t dilation) {
-  return (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1;
+// Output extent of a transposed convolution along one dimension, (in - 1) stride - 2 padding + dilation (kernel - 1)
+// + output_padding + 1, or nullopt where a step leaves int64 (validated arguments: in, kernel, stride and dilation
+// >= 1, paddings >= 0). An absurd stride would otherwise wrap around: to a non-positive size, or to a small positive
+// one that passes every check and fails later in the kernel without the op's name. The fake
+// (ops/_shapes.py, conv_transpose_output_size) checks the same steps on Python ints.
+inline std::optional<int64_t> conv_transpose_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding,
+                                                         int64_t output_padding, int64_t dilation) {
+  int64_t strided = 0, padded = 0, span = 0, size = 0;
+  if (c10::mul_overflows(in - 1, stride, &strided) || c10::mul_overflows(padding, int64_t{2}, &padded) ||
+      c10::mul_overflows(dilation, kernel - 1, &span) || c10::add_overflows(strided - padded, span, &size) ||
+      c10::add_overflows(size, output_padding, &size) || c10::add_overflows(size, int64_t{1}, &size)) {
+    return std::nullopt;
+  }
+  return size;
 }
 
-// Whether conv_transpose_output_size's terms and sums fit in int64, in its order (validated arguments: in >= 1,
-// kernel >= 1, stride and dilation >= 1, paddings >= 0). An absurd stride would otherwise wrap around: to a
-// non-positive size, or to a small positive one that passes every check and fails later in the kernel without the
-// op's name. The fake (ops/_shapes.py, transposed_extent_fits_int64) checks the same steps on Python ints.
-inline bool transposed_extent_fits_int64(int64_t in, int64_t kernel, int64_t stride, int64_t padding,
-                                         int64_t output_padding, int64_t dilation) {
-  int64_t strided = 0, padded = 0, span = 0, size = 0;
-  return !c10::mul_overflows(in - 1, stride, &strided) && !c10::mul_overflows(padding, int64_t{2}, &padded) &&
-         !c10::mul_overflows(dilation, kernel - 1, &span) && !c10::add_overflows(strided - padded, span, &size) &&
-         !c10::add_overflows(size, output_padding, &size) && !c10::add_overflows(size, int64_t{1}, &size);
+// As in ATen: a non-empty batch has non-empty images (dimensions 2 on); an empty batch may have empty images, which
+// padding makes valid ones, as F.conv2d / F.conv_transpose accept.
+inline void check_images_nonempty(const char* op, const at::Tensor& input) {
+  if (input.size(0) == 0) return;
+  for (const auto d : c10::irange(int64_t{2}, input.dim())) {
+    CONVOPS_CHECK(op, input.size(d) > 0, "only an empty batch may be empty, got input of shape ", input.sizes());
+  }
 }
 
 // Whether in + 2 padding and dilation (kernel - 1) + 1, the extents conv_output_sizes compares, fit in int64 (an
