@@ -261,6 +261,21 @@ def test_infinite_gamma_propagates_like_aten(device, variant):
     assert torch.isfinite(ref[:, [0, 2, 3, 4, 5, 7]]).all()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bounds", [(float("nan"), 0.5), (-0.5, float("nan")), (float("nan"), None),
+                                    (None, float("nan"))])
+def test_nan_clamp_bound_acts_as_torch_clamp_on_the_same_device(device, bounds):
+    """torch.clamp's answer for a NaN bound differs by device and release (a lone one is ignored on CUDA, and on CPU
+    by torch 2.11 but not 2.13), so the op's must be torch.clamp's of its unclamped result, wherever it runs."""
+    case = (2, 3, 13, 14, 8, (3, 3), (1, 1), (1, 1), (1, 1), True, 4, (2, 2), bounds, (8, 1, 1), True)
+    args = make_problem(case, torch.float32, device)
+    with allow_tf32(False):
+        out = convops.conv2d_group_norm_scale_max_pool_clamp(*args)
+        unclamped = convops.conv2d_group_norm_scale_max_pool_clamp(*args[:-2], None, None)
+    assert not unclamped.isnan().any()
+    assert_close(out, torch.clamp(unclamped, *bounds))
+
+
 def error_case(device, what):
     x = torch.randn(2, 3, 10, 10, device=device)
     w = torch.randn(8, 3, 3, 3, device=device)

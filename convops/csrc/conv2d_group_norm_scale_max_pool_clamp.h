@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <optional>
 
 namespace convops {
@@ -29,12 +30,26 @@ ConvGnPoolGeometry check_conv2d_group_norm_scale_max_pool_clamp(
 
 // The elementwise tail, identical on every device: z = (a v + b) s with ATen's group-norm coefficients
 // a = rstd * gamma, b = beta - a * mean (evaluated as (v - mean) a + beta while a is finite), then clamp as
-// torch.clamp does it (NaN propagates; with lo > hi every value becomes hi).
+// torch.clamp does it (a NaN value stays NaN; with lo > hi every value becomes hi). NaN bounds never reach it:
+// has_nan_bound.
 template <typename acc_t>
 inline acc_t clamp_like_torch(acc_t z, bool has_lo, acc_t lo, bool has_hi, acc_t hi) {
   if (has_lo) z = z < lo ? lo : z;
   if (has_hi) z = z > hi ? hi : z;
   return z;
+}
+
+// torch.clamp's answer for a NaN bound depends on where it runs. On CUDA a NaN bound of a two-bound clamp makes every
+// value NaN, while a lone one is ignored (clamp_min / clamp_max compare with fmax / fmin); on CPU the answer for a lone
+// one has changed between releases (torch 2.13: every value NaN; 2.11: ignored). So a kernel given a NaN bound computes
+// without the bounds and lets ATen clamp its output (clamp_with_aten), as eager does.
+inline bool has_nan_bound(std::optional<double> lo, std::optional<double> hi) {
+  return (lo.has_value() && std::isnan(*lo)) || (hi.has_value() && std::isnan(*hi));
+}
+
+inline at::Tensor clamp_with_aten(at::Tensor out, std::optional<double> lo, std::optional<double> hi) {
+  const auto scalar = [](std::optional<double> v) { return v ? std::optional<at::Scalar>(*v) : std::nullopt; };
+  return out.clamp_(scalar(lo), scalar(hi));
 }
 
 }  // namespace convops
