@@ -214,6 +214,42 @@ def test_nonfinite_weights_propagate_as_in_aten(device, dims, layout, dtype, tf3
     assert_output_layout(y, x)
 
 
+# Kernels equal to their strides, no padding, dilation 1, one group (UNet's 2x2 stride-2 upsampling): every input
+# pixel owns its output patch, a structure a kernel can exploit (a GEMM and a pixel shuffle), so these cases check it
+# in every layout and dtype.
+KERNEL_IS_STRIDE = {"2d": Case(3, 5, 7, (9, 13), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
+                    "2d_3x1_no_bias": Case(2, 6, 3, (5, 4), (3, 1), (3, 1), (0, 0), (0, 0), (1, 1), bias=False),
+                    "3d": Case(2, 4, 5, (3, 5, 4), (2, 1, 2), (2, 1, 2), (0,) * 3, (0,) * 3, (1,) * 3)}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(KERNEL_IS_STRIDE))
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [*DTYPES, torch.float64])
+def test_kernel_equal_to_stride_matches_aten(device, name, layout, dtype):
+    check_against_aten(KERNEL_IS_STRIDE[name], dtype, device, layout)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_equal_to_stride_keeps_nonfinite_values_where_aten_has_them(device, dtype):
+    """An Inf or NaN weight tap reaches the outputs of its own output pixels only, as in float64 ATen, and a zero
+    input meeting an Inf tap gives NaN there."""
+    case = KERNEL_IS_STRIDE["2d"]
+    x, w, b = case.tensors(dtype, device)
+    with torch.no_grad():
+        w[1, 2, 0, 1], w[3, 4, 1, 1], w[0, 0, 1, 0] = float("inf"), float("-inf"), float("nan")
+        x[0, 1, 2, 3], x[1, 3, 0, 0], x[2, 2, 4, 5] = 0.0, 0.0, float("inf")
+    with allow_tf32(False):
+        y = OPS[2][0](x, w, b, **case.params())
+    expected = reference(lambda x, w: F.conv_transpose2d(x, w, b.detach().cpu().double(), **case.params()), x, w,
+                         tf32_inputs=False)
+    for mask in (torch.isnan, torch.isposinf, torch.isneginf):
+        assert mask(expected).any() and torch.equal(mask(y.cpu()), mask(expected)), mask
+    finite = torch.isfinite(expected)
+    assert_close(y.cpu()[finite], expected[finite], dtype)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dims", [2, 3])
 def test_unbatched_input(device, dims):
