@@ -7,7 +7,8 @@ A convops kernel is specialised; on problems where it does not pay, the op runs 
   measures) and queued whole behind a short GPU spin (so that the host's launches are not what is timed), and keeps
   the one with the lowest median, the convops kernel only where it is at least 3% faster than ATen (a near tie runs
   eager's own kernels); :func:`path_choices` lists every decision with its timings.
-- ``"convops"``: always the convops kernel.  ``"aten"``: always ATen.
+- ``"convops"``: always the convops path (the op's kernel; for conv_transpose with kernel == stride, a GEMM and a
+  pixel shuffle).  ``"aten"``: always ATen.
 
 The environment variable ``CONVOPS_PATH`` sets the initial policy (read at the first policy use or CUDA call). CPU
 calls are unaffected.

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import convops
-from common_utils import (DEVICES, DTYPES, LAYOUTS, allow_tf32, assert_close, assert_output_layout, make_tensor,
-                          opcheck, poison_allocator, reference, tf32_active)
+from common_utils import (DEVICES, DTYPES, LAYOUTS, allow_tf32, assert_close, assert_output_layout, cuda_kernels_run,
+                          make_tensor, opcheck, poison_allocator, reference, tf32_active)
 
 OPS = {2: (convops.conv_transpose2d, F.conv_transpose2d, torch.ops.convops.conv_transpose2d.default),
        3: (convops.conv_transpose3d, F.conv_transpose3d, torch.ops.convops.conv_transpose3d.default)}
@@ -228,6 +228,54 @@ KERNEL_IS_STRIDE = {"2d": Case(3, 5, 7, (9, 13), (2, 2), (2, 2), (0, 0), (0, 0),
 @pytest.mark.parametrize("dtype", [*DTYPES, torch.float64])
 def test_kernel_equal_to_stride_matches_aten(device, name, layout, dtype):
     check_against_aten(KERNEL_IS_STRIDE[name], dtype, device, layout)
+
+
+def uses_gemm(kernels: set[str]) -> bool:
+    """Whether the profiled kernels are the GEMM path's (a cuBLAS GEMM, no implicit-GEMM kernel)."""
+    implicit_gemm = any("convops::cuda::conv_transpose_kernel<" in k for k in kernels)
+    cublas = any("gemm" in k.lower() or "nvjet" in k for k in kernels)
+    return cublas and not implicit_gemm
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", sorted(KERNEL_IS_STRIDE))
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.float32, False), (torch.bfloat16, False),
+                                        (torch.float16, False), (torch.float64, False)],
+                         ids=["tf32", "fp32", "bf16", "fp16", "fp64"])
+def test_cuda_kernel_equal_to_stride_runs_as_a_gemm(name, layout, dtype, tf32):
+    """On CUDA the convops path (tests/conftest.py forces it) runs these as one cuBLAS GEMM and a pixel shuffle
+    (csrc/cuda/conv_transpose_gemm.h) where the input is dense NCHW / NCDHW and cuBLAS computes as the convolution
+    would (not fp32 with TF32 allowed), and the implicit-GEMM kernel otherwise; both match float64 ATen."""
+    case = KERNEL_IS_STRIDE[name]
+    x, w, b = case.tensors(dtype, "cuda", layout)
+    with allow_tf32(tf32):
+        ran = cuda_kernels_run(lambda: OPS[case.dims][0](x, w, b, **case.params()))
+        check_against_aten(case, dtype, "cuda", layout, tf32)
+    assert uses_gemm(ran) == (not tf32 and layout == "contiguous"), ran
+
+
+@pytest.mark.cuda
+def test_cuda_deterministic_algorithms_keep_the_op_running(monkeypatch):
+    """Under torch.use_deterministic_algorithms without CUBLAS_WORKSPACE_CONFIG, ATen's cuBLAS calls raise while
+    eager's convolution runs: the op must run too (the kernel == stride GEMM steps aside for the implicit kernel),
+    and so must the separable op's mixed path, whose 1x1 is otherwise a cuBLAS GEMM."""
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    case = KERNEL_IS_STRIDE["2d"]
+    x, w, b = case.tensors(torch.bfloat16, "cuda")
+    dw, pw = make_tensor((5, 1, 3, 3), torch.bfloat16, "cuda"), make_tensor((7, 5, 1, 1), torch.bfloat16, "cuda")
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        ran = cuda_kernels_run(lambda: OPS[2][0](x, w, b, **case.params()))
+        y = OPS[2][0](x, w, b, **case.params())
+        mixed = convops.depthwise_separable_conv2d(x, dw, None, pw, None, 2, 1)  # stride 2: the mixed path
+    finally:
+        torch.use_deterministic_algorithms(was)
+    assert not uses_gemm(ran), ran
+    torch.testing.assert_close(y, F.conv_transpose2d(x, w, b, **case.params()), atol=3e-2, rtol=3e-2)
+    expected = F.conv2d(F.conv2d(x, dw, None, 2, 1, groups=5), pw)
+    torch.testing.assert_close(mixed, expected, atol=3e-2, rtol=3e-2)
 
 
 @pytest.mark.parametrize("device", DEVICES)

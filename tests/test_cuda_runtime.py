@@ -46,6 +46,10 @@ CONFIGS = {
     "conv_transpose3d": dict(
         layout="contiguous", batch=2, in_channels=2, out_channels=3, groups=1, bias=True, spatial=[3, 4, 5],
         kernel=[3, 3, 3], stride=[2, 2, 2], padding=[1, 1, 1], output_padding=[1, 0, 1], dilation=[1, 1, 1]),
+    # Kernel == stride: the GEMM and pixel-shuffle path (csrc/cuda/conv_transpose_gemm.h), on ATen's cuBLAS.
+    "conv_transpose2d kernel=stride": dict(
+        layout="contiguous", batch=2, in_channels=3, out_channels=4, groups=1, bias=True, spatial=[7, 9],
+        kernel=[2, 2], stride=[2, 2], padding=[0, 0], output_padding=[0, 0], dilation=[1, 1]),
     "conv2d_group_norm_scale_max_pool_clamp": dict(
         layout="contiguous", batch=2, in_channels=3, num_groups=2, out_channels=4, bias=True, gn_weight=True,
         gn_bias=True, eps=1e-5, scale_shape="(C,1,1)", size=[20, 40], kernel=[3, 3], stride=[1, 1],
@@ -58,8 +62,13 @@ DTYPE_NAMES = ["float32", "bfloat16"]  # fp32 runs with TF32 off
 SLEEP_CYCLES = 1_000_000_000
 
 
-def config(op_name: str, dtype_name: str) -> dict:
-    return dict(CONFIGS[op_name], dtype=dtype_name, tf32=False if dtype_name == "float32" else None)
+def config(name: str, dtype_name: str) -> dict:
+    return dict(CONFIGS[name], dtype=dtype_name, tf32=False if dtype_name == "float32" else None)
+
+
+def op_of(name: str):
+    """The fuzz op of a configuration: its name up to the first space ("conv_transpose2d kernel=stride")."""
+    return OPS[name.split()[0]]
 
 
 def check(op, c: dict, out: torch.Tensor, args: list) -> None:
@@ -72,7 +81,7 @@ def check(op, c: dict, out: torch.Tensor, args: list) -> None:
 @pytest.mark.parametrize("dtype_name", DTYPE_NAMES)
 @pytest.mark.parametrize("op_name", OP_NAMES)
 def test_side_stream_while_default_stream_is_busy(op_name, dtype_name):
-    op, c = OPS[op_name], config(op_name, dtype_name)
+    op, c = op_of(op_name), config(op_name, dtype_name)
     side = torch.cuda.Stream()
     with allow_tf32(False):
         with torch.cuda.stream(side):
@@ -102,7 +111,7 @@ def test_side_stream_while_default_stream_is_busy(op_name, dtype_name):
 @pytest.mark.parametrize("dtype_name", DTYPE_NAMES)
 @pytest.mark.parametrize("op_name", OP_NAMES)
 def test_cuda_graph_replay_on_new_inputs(op_name, dtype_name):
-    op, c = OPS[op_name], config(op_name, dtype_name)
+    op, c = op_of(op_name), config(op_name, dtype_name)
     with allow_tf32(False):
         args = op.build(c, "cuda")
         side = torch.cuda.Stream()
@@ -137,7 +146,7 @@ def needs_two_gpus():
 @pytest.mark.parametrize("op_name", OP_NAMES)
 def test_second_device_keeps_current_device(op_name, dtype_name):
     needs_two_gpus()
-    op, c = OPS[op_name], config(op_name, dtype_name)
+    op, c = op_of(op_name), config(op_name, dtype_name)
     with torch.cuda.device(0), allow_tf32(False):
         args = op.build(c, "cuda:1")
         out = op.run(args)
@@ -150,10 +159,10 @@ def test_second_device_keeps_current_device(op_name, dtype_name):
 @pytest.mark.parametrize("op_name", OP_NAMES)
 def test_device_mismatch_names_the_op(op_name):
     needs_two_gpus()
-    op, c = OPS[op_name], config(op_name, "float32")
+    op, c = op_of(op_name), config(op_name, "float32")
     args = op.build(c, "cuda:1")
     args[1] = args[1].to("cuda:0")  # the (first) weight, on the other device
-    with pytest.raises(RuntimeError, match=re.escape(f"convops::{op_name}")):
+    with pytest.raises(RuntimeError, match=re.escape(f"convops::{op_name.split()[0]}")):
         op.run(args)
 
 

@@ -128,6 +128,12 @@ def cases():
             yield (f"conv_transpose3d s{s} p{p} op{op} g{g} d{d} {tag}",
                    lambda: torch.ops.convops.conv_transpose3d(x3, w3, b3, s, p, op, g, d),
                    lambda: F.conv_transpose3d(x3, w3, b3, s, p, op, g, d), tol[dtype])
+        # Kernel equal to the stride: one GEMM and a pixel shuffle on contiguous inputs where cuBLAS computes as the
+        # convolution would (not fp32 with TF32 allowed), the implicit-GEMM kernel otherwise.
+        wk, bk = rand(6, 5, 2, 2, dtype=dtype), rand(5, dtype=dtype)
+        yield (f"conv_transpose2d kernel = stride 2 {tag}",
+               lambda: torch.ops.convops.conv_transpose2d(x, wk, bk, 2, 0, 0, 1, 1),
+               lambda: F.conv_transpose2d(x, wk, bk, 2, 0, 0, 1, 1), tol[dtype])
         wc = rand(8, 6, 3, 3, dtype=dtype)
         bc = rand(8, dtype=dtype)
         gamma, beta, scale = rand(8, dtype=dtype), rand(8, dtype=dtype), rand(8, 1, 1, dtype=dtype)

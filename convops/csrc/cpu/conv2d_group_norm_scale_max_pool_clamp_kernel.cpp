@@ -150,12 +150,6 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cpu(
     std::optional<double> clamp_min, std::optional<double> clamp_max) {
   const auto g = check_conv2d_group_norm_scale_max_pool_clamp(input, weight, bias, stride, padding, dilation,
                                                               num_groups, gn_weight, gn_bias, eps, scale, pool_kernel);
-  if (has_nan_bound(clamp_min, clamp_max)) {
-    return clamp_with_aten(conv2d_group_norm_scale_max_pool_clamp_cpu(input, weight, bias, stride, padding, dilation,
-                                                                   num_groups, gn_weight, gn_bias, eps, scale,
-                                                                   pool_kernel, std::nullopt, std::nullopt),
-                           clamp_min, clamp_max);
-  }
   at::Tensor out = empty_output(input, {g.batch, g.out_channels, g.pooled_h, g.pooled_w});
   if (g.batch == 0) return out;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "conv2d_group_norm_cpu", [&] {
@@ -174,7 +168,8 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cpu(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(convops, CPU, m) {
-  m.impl("conv2d_group_norm_scale_max_pool_clamp", &conv2d_group_norm_scale_max_pool_clamp_cpu);
+  m.impl("conv2d_group_norm_scale_max_pool_clamp",
+         conv2d_group_norm_scale_max_pool_clamp_entry<conv2d_group_norm_scale_max_pool_clamp_cpu>);
 }
 
 }  // namespace convops

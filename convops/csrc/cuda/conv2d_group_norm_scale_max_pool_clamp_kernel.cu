@@ -297,12 +297,6 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
     std::optional<double> clamp_min, std::optional<double> clamp_max) {
   const auto g = check_conv2d_group_norm_scale_max_pool_clamp(input, weight, bias, stride, padding, dilation,
                                                               num_groups, gn_weight, gn_bias, eps, scale, pool_kernel);
-  if (has_nan_bound(clamp_min, clamp_max)) {
-    return clamp_with_aten(conv2d_group_norm_scale_max_pool_clamp_cuda(input, weight, bias, stride, padding, dilation,
-                                                                   num_groups, gn_weight, gn_bias, eps, scale,
-                                                                   pool_kernel, std::nullopt, std::nullopt),
-                           clamp_min, clamp_max);
-  }
   c10::cuda::CUDAGuard guard(input.device());
   if (g.batch == 0) return empty_output(input, {0, g.out_channels, g.pooled_h, g.pooled_w});
 
@@ -338,7 +332,8 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(convops, CUDA, m) {
-  m.impl("conv2d_group_norm_scale_max_pool_clamp", &conv2d_group_norm_scale_max_pool_clamp_cuda);
+  m.impl("conv2d_group_norm_scale_max_pool_clamp",
+         conv2d_group_norm_scale_max_pool_clamp_entry<conv2d_group_norm_scale_max_pool_clamp_cuda>);
 }
 
 }  // namespace convops

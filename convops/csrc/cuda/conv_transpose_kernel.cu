@@ -1,7 +1,8 @@
 // CUDA kernels of convops::conv_transpose2d / conv_transpose3d: the host side. It transforms the weight once per
 // call into the layout the kernel reads, picks the precision policy and the tiling, and launches
 // conv_transpose_kernel (conv_transpose_implicit_gemm.cuh), then the correction for non-finite weight taps
-// (conv_transpose_nonfinite.cuh). 2-D calls run as 3-D with depth 1.
+// (conv_transpose_nonfinite.cuh). 2-D calls run as 3-D with depth 1. Problems whose kernel equals their stride run
+// as one GEMM and a pixel shuffle instead (conv_transpose_gemm.h).
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -17,6 +18,7 @@
 #include "common/checks.h"
 #include "common/precision.h"
 #include "conv_transpose.h"
+#include "cuda/conv_transpose_gemm.h"
 #include "cuda/conv_transpose_implicit_gemm.cuh"
 #include "cuda/conv_transpose_nonfinite.cuh"
 #include "cuda/device_info.h"
@@ -259,6 +261,10 @@ at::Tensor conv_transpose_kernel_path(const char* op, const at::Tensor& input, c
   sizes.insert(sizes.end(), args.output_size.begin(), args.output_size.end());
   at::Tensor output = empty_output(input, sizes);
   if (output.numel() == 0) return output;
+  if (cuda::conv_transpose_gemm_applies(input, weight, args)) {
+    cuda::conv_transpose_as_gemm(input, weight, bias, args, output);
+    return output;
+  }
 
   // 2-D is 3-D with depth 1.
   const at::Tensor input5d = sd == 2 ? input.unsqueeze(2) : input;
@@ -325,14 +331,17 @@ at::Tensor conv_transpose_kernel_path(const char* op, const at::Tensor& input, c
   return output;
 }
 
-// The convops kernel, or ATen's transposed convolution where that is faster (cuda/path_choice.cuh).
+// The convops path, or ATen's transposed convolution where that is faster (cuda/path_choice.cuh).
 at::Tensor conv_transpose_cuda(const char* op, const at::Tensor& input, const at::Tensor& weight,
                                const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args) {
   const c10::cuda::CUDAGuard guard(input.device());
   if (input.numel() == 0) return conv_transpose_kernel_path(op, input, weight, bias, args);  // nothing to time
+  // Whether the convops path is the GEMM depends on flags outside the key's tensors (matmul precision, determinism):
+  // it is part of the problem, so that a decision timed with one implementation is not reused for the other.
+  const bool gemm = cuda::conv_transpose_gemm_applies(input, weight, args);
   return cuda::run_chosen_path(
       cuda::problem_key(op, input, weight, bias, at::IntArrayRef(args.stride), at::IntArrayRef(args.padding),
-                        at::IntArrayRef(args.output_padding), args.groups, at::IntArrayRef(args.dilation)),
+                        at::IntArrayRef(args.output_padding), args.groups, at::IntArrayRef(args.dilation), gemm),
       [&] { return conv_transpose_kernel_path(op, input, weight, bias, args); },
       [&] {
         return at::convolution(input, weight, bias, args.stride, args.padding, args.dilation, /*transposed=*/true,

@@ -70,14 +70,17 @@ at::Tensor aten_pointwise(const at::Tensor& mid, const at::Tensor& input, const 
 enum class GemmLayout { kNone, kNchw, kNhwc };
 
 // The layout in which the 1x1 of `mid` can be a cuBLAS GEMM with the bits of ATen's 1x1 convolution, or kNone: where
-// cuBLAS would compute otherwise (cublas_gemm_matches_convolution), other layouts, and GEMM extents past int.
+// cuBLAS would compute otherwise (cublas_gemm_matches_convolution), other layouts, GEMM extents past int, and under
+// torch.use_deterministic_algorithms (ATen's cuBLAS calls raise there unless CUBLAS_WORKSPACE_CONFIG is set, while
+// eager's convolution runs).
 GemmLayout pointwise_gemm_layout(const at::Tensor& mid, const at::Tensor& input, const at::Tensor& pointwise_weight) {
   const bool nhwc = input.suggest_memory_format() == at::MemoryFormat::ChannelsLast &&
                     mid.is_contiguous(at::MemoryFormat::ChannelsLast);
   const bool nchw = !nhwc && mid.is_contiguous();
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   const int64_t rows = nchw ? mid.size(2) * mid.size(3) : mid.size(0) * mid.size(2) * mid.size(3);
-  if (!cublas_gemm_matches_convolution(mid.scalar_type()) || !(nchw || nhwc) || rows >= kIntMax ||
+  if (!cublas_gemm_matches_convolution(mid.scalar_type()) || at::globalContext().deterministicAlgorithms() ||
+      !(nchw || nhwc) || rows >= kIntMax ||
       mid.size(1) >= kIntMax || pointwise_weight.size(0) >= kIntMax) {
     return GemmLayout::kNone;
   }

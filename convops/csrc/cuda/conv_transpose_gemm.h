@@ -1,0 +1,89 @@
+// convops::conv_transpose2d / conv_transpose3d where the kernel equals the stride, as one GEMM and a pixel shuffle:
+// the CUDA op's convops path for those problems, in place of the implicit-GEMM kernel (conv_transpose_kernel.cu),
+// which spends its tap machinery on taps that never overlap. Host code on ATen's kernels (cuBLAS through at::matmul,
+// one TensorIterator pass), device-independent apart from the precision flags it reads.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/util/accumulate.h>
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "common/precision.h"
+#include "conv_transpose.h"
+
+namespace convops {
+namespace cuda {
+
+// A transposed convolution whose kernel equals its stride (no padding or output padding, dilation 1, one group: the
+// 2x2 stride-2 upsampling of UNet decoders) gives each input pixel an output patch of its own, so it is a 1x1
+// convolution to C_out * prod(kernel) channels followed by a pixel shuffle: one batched GEMM, W' (the weight's dims
+// reordered to C_out, taps, C_in) times each image's C_in x pixels, then one pass that moves each product to its
+// output pixel and adds the bias, as ATen adds it after cuDNN's convolution (a separate add of the rounded product).
+// No taps overlap and no zeros are inserted, so every output is the same sum of products as eager's, non-finite
+// values included, in another order. Dense NCHW / NCDHW inputs only; GEMM extents within cuBLAS's ints; only
+// where cuBLAS computes as the convolution would under the precision flags (cublas_gemm_matches_convolution, and
+// fp64: ATen's matmul follows the matmul flags, not the convolution's, so with TF32 allowed for convolutions the
+// implicit-GEMM kernel keeps fp32); and not under torch.use_deterministic_algorithms, where ATen's cuBLAS calls raise
+// unless CUBLAS_WORKSPACE_CONFIG is set while eager's convolution runs.
+inline bool conv_transpose_gemm_applies(const at::Tensor& input, const at::Tensor& weight,
+                                        const ConvTransposeArgs& args) {
+  if (args.groups != 1 || at::globalContext().deterministicAlgorithms() || !input.is_contiguous() ||
+      input.suggest_memory_format() != at::MemoryFormat::Contiguous ||
+      !(input.scalar_type() == at::kDouble || cublas_gemm_matches_convolution(input.scalar_type()))) {
+    return false;
+  }
+  int64_t taps = 1, pixels = 1;
+  for (int64_t d = 0; d < args.spatial_dims; ++d) {
+    if (weight.size(2 + d) != args.stride[d] || args.padding[d] != 0 || args.output_padding[d] != 0 ||
+        args.dilation[d] != 1) {
+      return false;
+    }
+    taps *= weight.size(2 + d);
+    pixels *= input.size(2 + d);
+  }
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  return weight.size(1) * taps < kIntMax && input.size(1) < kIntMax && pixels < kIntMax;
+}
+
+// The GEMM and the shuffle into `output` (dense NCHW / NCDHW, the op's sizes; conv_transpose_gemm_applies holds).
+inline void conv_transpose_as_gemm(const at::Tensor& input, const at::Tensor& weight,
+                                   const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args,
+                                   at::Tensor& output) {
+  const int64_t sd = args.spatial_dims, n = input.size(0), c_in = input.size(1), c_out = weight.size(1);
+  const at::IntArrayRef in_size = input.sizes().slice(2), kernel = weight.sizes().slice(2);
+  const int64_t taps = c10::multiply_integers(kernel), pixels = c10::multiply_integers(in_size);
+  // W'[(co, taps), ci] = weight[ci, co, taps]
+  std::vector<int64_t> to_cout_first{1};
+  for (int64_t d = 0; d < sd; ++d) to_cout_first.push_back(2 + d);
+  to_cout_first.push_back(0);
+  const at::Tensor w = weight.permute(to_cout_first).reshape({c_out * taps, c_in});
+  const at::Tensor products = at::matmul(w, input.view({n, c_in, pixels}));  // (N, C_out taps, pixels)
+
+  // products viewed (N, C_out, k_0.., in_0..) and permuted to (N, C_out, in_0, k_0, in_1, k_1, ..), the output's
+  // (N, C_out, in_0 k_0, in_1 k_1, ..) split per dimension.
+  std::vector<int64_t> split{n, c_out}, interleaved{n, c_out}, order{0, 1};
+  split.insert(split.end(), kernel.begin(), kernel.end());
+  split.insert(split.end(), in_size.begin(), in_size.end());
+  for (int64_t d = 0; d < sd; ++d) {
+    interleaved.push_back(in_size[d]);
+    interleaved.push_back(kernel[d]);
+    order.push_back(2 + sd + d);
+    order.push_back(2 + d);
+  }
+  at::Tensor output_split = output.view(interleaved);
+  const at::Tensor shuffled = products.view(split).permute(order);
+  if (bias.has_value() && bias->defined()) {
+    std::vector<int64_t> bias_shape(interleaved.size(), 1);
+    bias_shape[1] = c_out;
+    at::add_out(output_split, shuffled, bias->view(bias_shape));
+  } else {
+    output_split.copy_(shuffled);
+  }
+}
+
+}  // namespace cuda
+}  // namespace convops
