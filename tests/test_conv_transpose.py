@@ -216,10 +216,17 @@ def test_nonfinite_weights_propagate_as_in_aten(device, dims, layout, dtype, tf3
 
 # Kernels equal to their strides, no padding, dilation 1, one group (UNet's 2x2 stride-2 upsampling): every input
 # pixel owns its output patch, a structure a kernel can exploit (a GEMM and a pixel shuffle), so these cases check it
-# in every layout and dtype.
+# in every layout and dtype. Widths: odd, and multiples of 16 (the CUDA shuffle's vector loads); last kernel
+# extents 1, 2 (compiled in), 3 and 9 (past what the shuffle interleaves in registers).
 KERNEL_IS_STRIDE = {"2d": Case(3, 5, 7, (9, 13), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_3x1_no_bias": Case(2, 6, 3, (5, 4), (3, 1), (3, 1), (0, 0), (0, 0), (1, 1), bias=False),
-                    "3d": Case(2, 4, 5, (3, 5, 4), (2, 1, 2), (2, 1, 2), (0,) * 3, (0,) * 3, (1,) * 3)}
+                    "2d_wide": Case(2, 6, 5, (3, 16), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
+                    "2d_1x3_wide": Case(2, 3, 4, (2, 32), (1, 3), (1, 3), (0, 0), (0, 0), (1, 1)),
+                    "2d_1x9": Case(2, 3, 4, (3, 5), (1, 9), (1, 9), (0, 0), (0, 0), (1, 1)),
+                    "3d": Case(2, 4, 5, (3, 5, 4), (2, 1, 2), (2, 1, 2), (0,) * 3, (0,) * 3, (1,) * 3),
+                    "3d_wide": Case(2, 3, 4, (2, 3, 16), (2, 2, 2), (2, 2, 2), (0,) * 3, (0,) * 3, (1,) * 3)}
+# The widest last kernel extent the CUDA GEMM path takes (tap_shuffle::kMaxLastTaps in csrc/cuda/tap_shuffle.cuh).
+MAX_GEMM_LAST_TAPS = 8
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -231,10 +238,12 @@ def test_kernel_equal_to_stride_matches_aten(device, name, layout, dtype):
 
 
 def uses_gemm(kernels: set[str]) -> bool:
-    """Whether the profiled kernels are the GEMM path's (a cuBLAS GEMM, no implicit-GEMM kernel)."""
+    """Whether the profiled kernels are the GEMM path's (a cuBLAS GEMM and the tap shuffle, no implicit-GEMM
+    kernel)."""
     implicit_gemm = any("convops::cuda::conv_transpose_kernel<" in k for k in kernels)
     cublas = any("gemm" in k.lower() or "nvjet" in k for k in kernels)
-    return cublas and not implicit_gemm
+    shuffle = any("tap_shuffle_kernel<" in k for k in kernels)
+    return cublas and shuffle and not implicit_gemm
 
 
 @pytest.mark.cuda
@@ -245,14 +254,16 @@ def uses_gemm(kernels: set[str]) -> bool:
                          ids=["tf32", "fp32", "bf16", "fp16", "fp64"])
 def test_cuda_kernel_equal_to_stride_runs_as_a_gemm(name, layout, dtype, tf32):
     """On CUDA the convops path (tests/conftest.py forces it) runs these as one cuBLAS GEMM and a pixel shuffle
-    (csrc/cuda/conv_transpose_gemm.h) where the input is dense NCHW / NCDHW and cuBLAS computes as the convolution
-    would (not fp32 with TF32 allowed), and the implicit-GEMM kernel otherwise; both match float64 ATen."""
+    (csrc/cuda/conv_transpose_gemm.cuh) where the input is dense NCHW / NCDHW and cuBLAS computes as the convolution
+    would (not fp32 with TF32 allowed) and the last kernel extent fits the shuffle, and the implicit-GEMM kernel
+    otherwise; both match float64 ATen."""
     case = KERNEL_IS_STRIDE[name]
     x, w, b = case.tensors(dtype, "cuda", layout)
     with allow_tf32(tf32):
         ran = cuda_kernels_run(lambda: OPS[case.dims][0](x, w, b, **case.params()))
         check_against_aten(case, dtype, "cuda", layout, tf32)
-    assert uses_gemm(ran) == (not tf32 and layout == "contiguous"), ran
+    fits = case.kernel[-1] <= MAX_GEMM_LAST_TAPS
+    assert uses_gemm(ran) == (not tf32 and layout == "contiguous" and fits), ran
 
 
 @pytest.mark.cuda

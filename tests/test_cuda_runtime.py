@@ -46,7 +46,7 @@ CONFIGS = {
     "conv_transpose3d": dict(
         layout="contiguous", batch=2, in_channels=2, out_channels=3, groups=1, bias=True, spatial=[3, 4, 5],
         kernel=[3, 3, 3], stride=[2, 2, 2], padding=[1, 1, 1], output_padding=[1, 0, 1], dilation=[1, 1, 1]),
-    # Kernel == stride: the GEMM and pixel-shuffle path (csrc/cuda/conv_transpose_gemm.h), on ATen's cuBLAS.
+    # Kernel == stride: the GEMM and pixel-shuffle path (csrc/cuda/conv_transpose_gemm.cuh), on ATen's cuBLAS.
     "conv_transpose2d kernel=stride": dict(
         layout="contiguous", batch=2, in_channels=3, out_channels=4, groups=1, bias=True, spatial=[7, 9],
         kernel=[2, 2], stride=[2, 2], padding=[0, 0], output_padding=[0, 0], dilation=[1, 1]),

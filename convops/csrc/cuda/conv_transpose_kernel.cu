@@ -2,7 +2,7 @@
 // call into the layout the kernel reads, picks the precision policy and the tiling, and launches
 // conv_transpose_kernel (conv_transpose_implicit_gemm.cuh), then the correction for non-finite weight taps
 // (conv_transpose_nonfinite.cuh). 2-D calls run as 3-D with depth 1. Problems whose kernel equals their stride run
-// as one GEMM and a pixel shuffle instead (conv_transpose_gemm.h).
+// as one GEMM and a pixel shuffle instead (conv_transpose_gemm.cuh).
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -18,7 +18,7 @@
 #include "common/checks.h"
 #include "common/precision.h"
 #include "conv_transpose.h"
-#include "cuda/conv_transpose_gemm.h"
+#include "cuda/conv_transpose_gemm.cuh"
 #include "cuda/conv_transpose_implicit_gemm.cuh"
 #include "cuda/conv_transpose_nonfinite.cuh"
 #include "cuda/device_info.h"

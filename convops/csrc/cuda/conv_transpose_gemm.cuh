@@ -1,11 +1,14 @@
 // convops::conv_transpose2d / conv_transpose3d where the kernel equals the stride, as one GEMM and a pixel shuffle:
 // the CUDA op's convops path for those problems, in place of the implicit-GEMM kernel (conv_transpose_kernel.cu),
-// which spends its tap machinery on taps that never overlap. Host code on ATen's kernels (cuBLAS through at::matmul,
-// one TensorIterator pass), device-independent apart from the precision flags it reads.
+// which spends its tap machinery on taps that never overlap. The GEMM is ATen's (cuBLAS through at::matmul), the
+// shuffle convops' (tap_shuffle.cuh).
 #pragma once
 
 #include <ATen/ATen.h>
 #include <c10/util/accumulate.h>
+
+#include <algorithm>
+#include <array>
 
 #include <cstdint>
 #include <limits>
@@ -14,6 +17,7 @@
 
 #include "common/precision.h"
 #include "conv_transpose.h"
+#include "cuda/tap_shuffle.cuh"
 
 namespace convops {
 namespace cuda {
@@ -22,7 +26,7 @@ namespace cuda {
 // 2x2 stride-2 upsampling of UNet decoders) gives each input pixel an output patch of its own, so it is a 1x1
 // convolution to C_out * prod(kernel) channels followed by a pixel shuffle: one batched GEMM, W' (the weight's dims
 // reordered to C_out, taps, C_in) times each image's C_in x pixels, then one pass that moves each product to its
-// output pixel and adds the bias, as ATen adds it after cuDNN's convolution (a separate add of the rounded product).
+// output pixel and adds the bias (at most tap_shuffle::kMaxLastTaps taps along the last dimension), as ATen adds it after cuDNN's convolution (a separate add of the rounded product).
 // No taps overlap and no zeros are inserted, so every output is the same sum of products as eager's, non-finite
 // values included, in another order. Dense NCHW / NCDHW inputs only; GEMM extents within cuBLAS's ints; only
 // where cuBLAS computes as the convolution would under the precision flags (cublas_gemm_matches_convolution, and
@@ -46,7 +50,9 @@ inline bool conv_transpose_gemm_applies(const at::Tensor& input, const at::Tenso
     pixels *= input.size(2 + d);
   }
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-  return weight.size(1) * taps < kIntMax && input.size(1) < kIntMax && pixels < kIntMax;
+  const int64_t last_taps = weight.size(-1);
+  return last_taps <= tap_shuffle::kMaxLastTaps && weight.size(1) * taps < kIntMax && input.size(1) < kIntMax &&
+         pixels < kIntMax && input.size(-1) * last_taps < kIntMax;
 }
 
 // The GEMM and the shuffle into `output` (dense NCHW / NCDHW, the op's sizes; conv_transpose_gemm_applies holds).
@@ -63,26 +69,11 @@ inline void conv_transpose_as_gemm(const at::Tensor& input, const at::Tensor& we
   const at::Tensor w = weight.permute(to_cout_first).reshape({c_out * taps, c_in});
   const at::Tensor products = at::matmul(w, input.view({n, c_in, pixels}));  // (N, C_out taps, pixels)
 
-  // products viewed (N, C_out, k_0.., in_0..) and permuted to (N, C_out, in_0, k_0, in_1, k_1, ..), the output's
-  // (N, C_out, in_0 k_0, in_1 k_1, ..) split per dimension.
-  std::vector<int64_t> split{n, c_out}, interleaved{n, c_out}, order{0, 1};
-  split.insert(split.end(), kernel.begin(), kernel.end());
-  split.insert(split.end(), in_size.begin(), in_size.end());
-  for (int64_t d = 0; d < sd; ++d) {
-    interleaved.push_back(in_size[d]);
-    interleaved.push_back(kernel[d]);
-    order.push_back(2 + sd + d);
-    order.push_back(2 + d);
-  }
-  at::Tensor output_split = output.view(interleaved);
-  const at::Tensor shuffled = products.view(split).permute(order);
-  if (bias.has_value() && bias->defined()) {
-    std::vector<int64_t> bias_shape(interleaved.size(), 1);
-    bias_shape[1] = c_out;
-    at::add_out(output_split, shuffled, bias->view(bias_shape));
-  } else {
-    output_split.copy_(shuffled);
-  }
+  // 2-D as 3-D with k_d = D = 1.
+  std::array<int64_t, 3> kernel3{1, 1, 1}, in_size3{1, 1, 1};
+  std::copy(kernel.begin(), kernel.end(), kernel3.end() - sd);
+  std::copy(in_size.begin(), in_size.end(), in_size3.end() - sd);
+  shuffle_taps_add_bias(products, bias, output, kernel3, in_size3);
 }
 
 }  // namespace cuda
