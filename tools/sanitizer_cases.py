@@ -134,6 +134,17 @@ def cases():
         yield (f"conv_transpose2d kernel = stride 2 {tag}",
                lambda: torch.ops.convops.conv_transpose2d(x, wk, bk, 2, 0, 0, 1, 1),
                lambda: F.conv_transpose2d(x, wk, bk, 2, 0, 0, 1, 1), tol[dtype])
+        # Rows of 16: the tap shuffle's vector loads, with k_w = 2 compiled in and k_w = 3 at run time.
+        xw = rand(2, 6, 3, 16, dtype=dtype)
+        for kernel in [(2, 2), (1, 3)]:
+            wv = rand(6, 5, *kernel, dtype=dtype)
+            yield (f"conv_transpose2d kernel = stride {kernel} rows of 16 {tag}",
+                   lambda wv=wv, kernel=kernel: torch.ops.convops.conv_transpose2d(xw, wv, bk, kernel, 0, 0, 1, 1),
+                   lambda wv=wv, kernel=kernel: F.conv_transpose2d(xw, wv, bk, kernel, 0, 0, 1, 1), tol[dtype])
+        xw3, ww3 = rand(2, 6, 2, 3, 16, dtype=dtype), rand(6, 5, 2, 2, 2, dtype=dtype)
+        yield (f"conv_transpose3d kernel = stride 2 rows of 16 {tag}",
+               lambda: torch.ops.convops.conv_transpose3d(xw3, ww3, bk, 2, 0, 0, 1, 1),
+               lambda: F.conv_transpose3d(xw3, ww3, bk, 2, 0, 0, 1, 1), tol[dtype])
         wc = rand(8, 6, 3, 3, dtype=dtype)
         bc = rand(8, dtype=dtype)
         gamma, beta, scale = rand(8, dtype=dtype), rand(8, dtype=dtype), rand(8, 1, 1, dtype=dtype)
