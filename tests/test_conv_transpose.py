@@ -254,16 +254,43 @@ def uses_gemm(kernels: set[str]) -> bool:
                          ids=["tf32", "fp32", "bf16", "fp16", "fp64"])
 def test_cuda_kernel_equal_to_stride_runs_as_a_gemm(name, layout, dtype, tf32):
     """On CUDA the convops path (tests/conftest.py forces it) runs these as one cuBLAS GEMM and a pixel shuffle
-    (csrc/cuda/conv_transpose_gemm.cuh) where the input is dense NCHW / NCDHW and cuBLAS computes as the convolution
-    would (not fp32 with TF32 allowed) and the last kernel extent fits the shuffle, and the implicit-GEMM kernel
-    otherwise; both match float64 ATen."""
+    (csrc/cuda/conv_transpose_gemm.cuh) where the input is dense NCHW / NCDHW and the last kernel extent fits the
+    shuffle, in every precision mode, and the implicit-GEMM kernel otherwise; both match float64 ATen (with TF32,
+    of operands rounded to nearest, as cuDNN rounds them)."""
     case = KERNEL_IS_STRIDE[name]
     x, w, b = case.tensors(dtype, "cuda", layout)
     with allow_tf32(tf32):
         ran = cuda_kernels_run(lambda: OPS[case.dims][0](x, w, b, **case.params()))
         check_against_aten(case, dtype, "cuda", layout, tf32)
     fits = case.kernel[-1] <= MAX_GEMM_LAST_TAPS
-    assert uses_gemm(ran) == (not tf32 and layout == "contiguous" and fits), ran
+    assert uses_gemm(ran) == (layout == "contiguous" and fits), ran
+
+
+@pytest.mark.cuda
+def test_cuda_gemm_takes_the_convolution_precision_not_the_matmul_flags():
+    """The GEMM path computes in the convolution's precision: strict fp32 when cuDNN may not use TF32, even where
+    matmuls may (torch.set_float32_matmul_precision("high")), which a TF32 matmul of the same operands misses."""
+    case = Case(2, 64, 8, (8, 16), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1))  # K = 256 products a sum
+    x, w, b = case.tensors(torch.float32, "cuda")
+    was = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        with allow_tf32(False):
+            ran = cuda_kernels_run(lambda: OPS[2][0](x, w, b, **case.params()))
+            y = OPS[2][0](x, w, b, **case.params())
+            # The control: a TF32 matmul of the same 1x1 convolution, against its float64 value.
+            w_rows = w.detach().permute(1, 2, 3, 0).reshape(-1, case.in_channels)
+            x_cols = x.detach().reshape(case.batch, case.in_channels, -1)
+            tf32_products = torch.matmul(w_rows, x_cols)
+    finally:
+        torch.set_float32_matmul_precision(was)
+    assert uses_gemm(ran), ran
+    expected = reference(lambda x, w: F.conv_transpose2d(x, w, b.detach().cpu().double(), **case.params()), x, w,
+                         tf32_inputs=False)
+    assert_close(y, expected, torch.float32)
+    exact_products = torch.matmul(w_rows.cpu().double(), x_cols.cpu().double())
+    with pytest.raises(AssertionError):
+        assert_close(tf32_products, exact_products, torch.float32)
 
 
 @pytest.mark.cuda

@@ -1,7 +1,7 @@
 // convops::conv_transpose2d / conv_transpose3d where the kernel equals the stride, as one GEMM and a pixel shuffle:
 // the CUDA op's convops path for those problems, in place of the implicit-GEMM kernel (conv_transpose_kernel.cu),
-// which spends its tap machinery on taps that never overlap. The GEMM is ATen's (cuBLAS through at::matmul), the
-// shuffle convops' (tap_shuffle.cuh).
+// which spends its tap machinery on taps that never overlap. The GEMM is cuBLAS's, called with the convolution's
+// precision (convolution_gemm.cuh); the shuffle is convops' (tap_shuffle.cuh).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <array>
-
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -17,6 +16,7 @@
 
 #include "common/precision.h"
 #include "conv_transpose.h"
+#include "cuda/convolution_gemm.cuh"
 #include "cuda/tap_shuffle.cuh"
 
 namespace convops {
@@ -26,18 +26,17 @@ namespace cuda {
 // 2x2 stride-2 upsampling of UNet decoders) gives each input pixel an output patch of its own, so it is a 1x1
 // convolution to C_out * prod(kernel) channels followed by a pixel shuffle: one batched GEMM, W' (the weight's dims
 // reordered to C_out, taps, C_in) times each image's C_in x pixels, then one pass that moves each product to its
-// output pixel and adds the bias (at most tap_shuffle::kMaxLastTaps taps along the last dimension), as ATen adds it after cuDNN's convolution (a separate add of the rounded product).
+// output pixel and adds the bias, as ATen adds it after cuDNN's convolution (a separate add of the rounded product).
 // No taps overlap and no zeros are inserted, so every output is the same sum of products as eager's, non-finite
-// values included, in another order. Dense NCHW / NCDHW inputs only; GEMM extents within cuBLAS's ints; only
-// where cuBLAS computes as the convolution would under the precision flags (cublas_gemm_matches_convolution, and
-// fp64: ATen's matmul follows the matmul flags, not the convolution's, so with TF32 allowed for convolutions the
-// implicit-GEMM kernel keeps fp32); and not under torch.use_deterministic_algorithms, where ATen's cuBLAS calls raise
-// unless CUBLAS_WORKSPACE_CONFIG is set while eager's convolution runs.
+// values included, in another order, with eager's precision (TF32 as the convolution flags say). Applies to dense
+// NCHW / NCDHW inputs, GEMM extents within cuBLAS's ints, at most tap_shuffle::kMaxLastTaps taps along the last
+// dimension, and not under torch.use_deterministic_algorithms: PyTorch vouches for cuBLAS's run-to-run
+// reproducibility only with CUBLAS_WORKSPACE_CONFIG set (its own cuBLAS calls raise otherwise), and the
+// implicit-GEMM kernel is deterministic.
 inline bool conv_transpose_gemm_applies(const at::Tensor& input, const at::Tensor& weight,
                                         const ConvTransposeArgs& args) {
   if (args.groups != 1 || at::globalContext().deterministicAlgorithms() || !input.is_contiguous() ||
-      input.suggest_memory_format() != at::MemoryFormat::Contiguous ||
-      !(input.scalar_type() == at::kDouble || cublas_gemm_matches_convolution(input.scalar_type()))) {
+      input.suggest_memory_format() != at::MemoryFormat::Contiguous) {
     return false;
   }
   int64_t taps = 1, pixels = 1;
@@ -49,10 +48,9 @@ inline bool conv_transpose_gemm_applies(const at::Tensor& input, const at::Tenso
     taps *= weight.size(2 + d);
     pixels *= input.size(2 + d);
   }
-  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   const int64_t last_taps = weight.size(-1);
-  return last_taps <= tap_shuffle::kMaxLastTaps && weight.size(1) * taps < kIntMax && input.size(1) < kIntMax &&
-         pixels < kIntMax && input.size(-1) * last_taps < kIntMax;
+  return last_taps <= tap_shuffle::kMaxLastTaps && input.size(-1) * last_taps < std::numeric_limits<int>::max() &&
+         convolution_gemm_fits(input.size(0), weight.size(1) * taps, input.size(1), pixels);
 }
 
 // The GEMM and the shuffle into `output` (dense NCHW / NCDHW, the op's sizes; conv_transpose_gemm_applies holds).
@@ -66,8 +64,9 @@ inline void conv_transpose_as_gemm(const at::Tensor& input, const at::Tensor& we
   std::vector<int64_t> to_cout_first{1};
   for (int64_t d = 0; d < sd; ++d) to_cout_first.push_back(2 + d);
   to_cout_first.push_back(0);
-  const at::Tensor w = weight.permute(to_cout_first).reshape({c_out * taps, c_in});
-  const at::Tensor products = at::matmul(w, input.view({n, c_in, pixels}));  // (N, C_out taps, pixels)
+  const at::Tensor w = weight.permute(to_cout_first).reshape({c_out * taps, c_in}).contiguous();
+  const at::Tensor products = at::empty({n, c_out * taps, pixels}, input.options());
+  batched_convolution_gemm(w, input.view({n, c_in, pixels}), products, conv_allows_tf32(input));
 
   // 2-D as 3-D with k_d = D = 1.
   std::array<int64_t, 3> kernel3{1, 1, 1}, in_size3{1, 1, 1};
