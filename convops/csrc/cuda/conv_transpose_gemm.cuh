@@ -65,8 +65,8 @@ inline void conv_transpose_as_gemm(const at::Tensor& input, const at::Tensor& we
   for (int64_t d = 0; d < sd; ++d) to_cout_first.push_back(2 + d);
   to_cout_first.push_back(0);
   const at::Tensor w = weight.permute(to_cout_first).reshape({c_out * taps, c_in}).contiguous();
-  const at::Tensor products = at::empty({n, c_out * taps, pixels}, input.options());
-  batched_convolution_gemm(w, input.view({n, c_in, pixels}), products, conv_allows_tf32(input));
+  const at::Tensor products =  // (N, C_out taps, pixels)
+      batched_convolution_gemm(w, input.view({n, c_in, pixels}), conv_allows_tf32(input)).contiguous();
 
   // 2-D as 3-D with k_d = D = 1.
   std::array<int64_t, 3> kernel3{1, 1, 1}, in_size3{1, 1, 1};

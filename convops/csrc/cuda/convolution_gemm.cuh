@@ -1,13 +1,17 @@
-// A batched GEMM that computes as cuDNN computes a convolution, whatever PyTorch's matmul flags say: one cuBLAS call
-// with fp32 accumulation (double for double), partial sums never reduced in 16 bits, and TF32 exactly when the
-// convolution flags allow it for fp32, with both operands rounded to nearest (ties to even) first, as cuDNN's
-// Hopper kernels round theirs (../shared/notes/kernels-research.md §6; device_utils.cuh's tf32_bits).
+// A batched GEMM that computes as cuDNN computes a convolution, whatever PyTorch's matmul flags say: fp32
+// accumulation (double for double), and TF32 exactly when the convolution flags allow it for fp32, with both
+// operands rounded to nearest (ties to even) first, as cuDNN's Hopper kernels round theirs
+// (../shared/notes/kernels-research.md §6; device_utils.cuh's tf32_bits).
 //
-// Why not at::matmul: ATen's cuBLAS calls follow the matmul flags (torch.backends.cuda.matmul.*): TF32 there is
-// cuBLAS's own conversion, which does not round as cuDNN does (1e-3 off eager's TF32 convolution against its 1e-4),
-// and fp16/bf16 split-K partials may be added in 16 bits by default. Calling cuBLAS with an explicit compute type
-// and math mode takes the convolution's precision regardless; cuBLAS's conversion leaves operands already rounded
-// to TF32 as they are.
+// ATen's matmul runs it where it computes that way under the current flags (cublas_gemm_matches_convolution: bf16,
+// fp16 without fp16 accumulation, fp32 with neither library allowed TF32, fp64): its cuBLAS calls were the faster
+// on the UNet layers (H200, 2026-11-27 11:35 and 11:47 UTC, kernel == stride conv_transpose2d, batch 8: bf16 c1024
+// -> 512 at 16x16 25.6 us through at::matmul against 40.7 through the direct call below, fp32 c1024 -> 512 184.9
+// against 206.5; ATen may add fp16/bf16 split-K partial sums in 16 bits where
+// torch.backends.cuda.matmul.allow_{fp16,bf16}_reduced_precision_reduction allow it, their default, as the README
+// says). Elsewhere one direct cuBLAS call with an explicit compute type and math mode: ATen's own TF32 is
+// cuBLAS's conversion, which does not round as cuDNN does (1e-3 off eager's TF32 convolution against its 1e-4),
+// while cuBLAS's conversion leaves operands already rounded to TF32 as they are.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -20,6 +24,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "common/precision.h"
 #include "cuda/device_info.h"
 #include "cuda/device_utils.cuh"
 
@@ -84,21 +89,20 @@ inline bool convolution_gemm_fits(int64_t batch, int64_t m, int64_t k, int64_t p
   return batch < kIntMax && m < kIntMax && k < kIntMax && p < kIntMax;
 }
 
-// c[i] (M x P) = a (M x K) @ b[i] (K x P) for each i < N, all row-major and contiguous, one dtype (fp32, fp64,
-// fp16, bf16), on the current stream; tf32: fp32 operands rounded to TF32 and multiplied on tensor cores (the
-// caller passes conv_allows_tf32). Extents within convolution_gemm_fits.
-inline void batched_convolution_gemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, bool tf32) {
-  TORCH_INTERNAL_ASSERT(a.dim() == 2 && b.dim() == 3 && c.dim() == 3 && a.is_contiguous() && b.is_contiguous() &&
-                        c.is_contiguous() && a.scalar_type() == b.scalar_type() &&
-                        a.scalar_type() == c.scalar_type() && (!tf32 || a.scalar_type() == at::kFloat));
+// Returns c (N x M x P), c[i] = a (M x K) @ b[i] (K x P) for each i < N, all row-major; a and b contiguous, of one
+// dtype (fp32, fp64, fp16, bf16), on the current stream; tf32: the caller's conv_allows_tf32. Extents within
+// convolution_gemm_fits.
+inline at::Tensor batched_convolution_gemm(const at::Tensor& a, const at::Tensor& b, bool tf32) {
+  TORCH_INTERNAL_ASSERT(a.dim() == 2 && b.dim() == 3 && a.is_contiguous() && b.is_contiguous() &&
+                        a.scalar_type() == b.scalar_type() && (!tf32 || a.scalar_type() == at::kFloat));
   const int64_t batch = b.size(0), m = a.size(0), k = a.size(1), p = b.size(2);
-  TORCH_INTERNAL_ASSERT(convolution_gemm_fits(batch, m, k, p) && b.size(1) == k && c.size(0) == batch &&
-                        c.size(1) == m && c.size(2) == p);
-  if (c.numel() == 0) return;
-  if (k == 0) {
-    c.zero_();
-    return;
+  TORCH_INTERNAL_ASSERT(convolution_gemm_fits(batch, m, k, p) && b.size(1) == k);
+  if (!tf32 && (a.scalar_type() == at::kDouble || cublas_gemm_matches_convolution(a.scalar_type()))) {
+    return at::matmul(a, b);
   }
+  at::Tensor c = at::empty({batch, m, p}, b.options());
+  if (c.numel() == 0) return c;
+  if (k == 0) return c.zero_();
   const at::Tensor a_op = tf32 ? convolution_gemm::rounded_to_tf32(a) : a;
   const at::Tensor b_op = tf32 ? convolution_gemm::rounded_to_tf32(b) : b;
 
@@ -134,6 +138,7 @@ inline void batched_convolution_gemm(const at::Tensor& a, const at::Tensor& b, c
       b_op.const_data_ptr(), data_type, static_cast<int>(p), static_cast<long long>(k * p), a_op.const_data_ptr(),
       data_type, static_cast<int>(k), 0LL, beta, c.mutable_data_ptr(), data_type, static_cast<int>(p),
       static_cast<long long>(m * p), static_cast<int>(batch), compute_type, CUBLAS_GEMM_DEFAULT));
+  return c;
 }
 
 }  // namespace cuda
