@@ -1,6 +1,7 @@
 """convops::conv_transpose2d / conv_transpose3d against F.conv_transpose2d / conv_transpose3d."""
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -9,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import convops
+from convops.ops._shapes import conv_transpose_output_size
 from common_utils import (DEVICES, DTYPES, LAYOUTS, allow_tf32, assert_close, assert_output_layout, cuda_kernels_run,
                           make_tensor, opcheck, poison_allocator, reference, tf32_active)
 
@@ -37,6 +39,11 @@ class Case:
     def params(self) -> dict:
         return dict(stride=self.stride, padding=self.padding, output_padding=self.output_padding,
                     groups=self.groups, dilation=self.dilation)
+
+    def output_numel(self) -> int:
+        sizes = [conv_transpose_output_size(*dim)[0] for dim in zip(self.spatial, self.kernel, self.stride,
+                                                                     self.padding, self.output_padding, self.dilation)]
+        return self.batch * self.out_channels * self.groups * math.prod(sizes)
 
     def tensors(self, dtype, device, layout="contiguous", requires_grad=False):
         x = make_tensor((self.batch, self.in_channels * self.groups, *self.spatial), dtype, device, layout,
@@ -107,8 +114,7 @@ def tf32_accumulation_tolerance(case: Case, tf32: bool) -> dict:
 def check_against_aten(case: Case, dtype, device, layout, tf32: bool | None = None):
     ours, aten, _ = OPS[case.dims]
     x, w, b = case.tensors(dtype, device, layout)
-    out_elems = case.batch * case.out_channels * case.groups * 10 ** case.dims  # roughly: poisons a similar block
-    poison_allocator(device, out_elems * x.element_size())
+    poison_allocator(device, case.output_numel() * x.element_size())
     with allow_tf32(torch.backends.cudnn.allow_tf32 if tf32 is None else tf32):
         y = ours(x, w, b, **case.params())
         rounded = tf32_active(x)
@@ -216,14 +222,19 @@ def test_nonfinite_weights_propagate_as_in_aten(device, dims, layout, dtype, tf3
 
 # Kernels equal to their strides, no padding, dilation 1, one group (UNet's 2x2 stride-2 upsampling): every input
 # pixel owns its output patch, a structure a kernel can exploit (a GEMM and a pixel shuffle), so these cases check it
-# in every layout and dtype. Widths: odd, and multiples of 16 (the CUDA shuffle's vector loads); last kernel
-# extents 1, 2 (compiled in), 3 and 9 (past what the shuffle interleaves in registers).
+# in every layout and dtype. For the CUDA shuffle (csrc/cuda/tap_shuffle.cuh): widths odd (single elements) and
+# multiples of 16 (vector loads), 2112 (more vectors than a row's 256 threads); last kernel extents 1, 2 (compiled
+# in), 3, 5 and 8 (interleaved at run time, 2-D and 3-D) and 9 (past the shuffle: the implicit-GEMM kernel).
 KERNEL_IS_STRIDE = {"2d": Case(3, 5, 7, (9, 13), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_3x1_no_bias": Case(2, 6, 3, (5, 4), (3, 1), (3, 1), (0, 0), (0, 0), (1, 1), bias=False),
                     "2d_wide": Case(2, 6, 5, (3, 16), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_1x3_wide": Case(2, 3, 4, (2, 32), (1, 3), (1, 3), (0, 0), (0, 0), (1, 1)),
+                    "2d_1x3_odd": Case(2, 3, 4, (3, 5), (1, 3), (1, 3), (0, 0), (0, 0), (1, 1)),
+                    "2d_1x8_wide": Case(1, 2, 3, (2, 16), (1, 8), (1, 8), (0, 0), (0, 0), (1, 1)),
+                    "2d_long_rows": Case(1, 2, 3, (2, 2112), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_1x9": Case(2, 3, 4, (3, 5), (1, 9), (1, 9), (0, 0), (0, 0), (1, 1)),
                     "3d": Case(2, 4, 5, (3, 5, 4), (2, 1, 2), (2, 1, 2), (0,) * 3, (0,) * 3, (1,) * 3),
+                    "3d_1x2x5_odd": Case(2, 3, 2, (2, 3, 13), (1, 2, 5), (1, 2, 5), (0,) * 3, (0,) * 3, (1,) * 3),
                     "3d_wide": Case(2, 3, 4, (2, 3, 16), (2, 2, 2), (2, 2, 2), (0,) * 3, (0,) * 3, (1,) * 3)}
 # The widest last kernel extent the CUDA GEMM path takes (tap_shuffle::kMaxLastTaps in csrc/cuda/tap_shuffle.cuh).
 MAX_GEMM_LAST_TAPS = 8

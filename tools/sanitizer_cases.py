@@ -128,8 +128,8 @@ def cases():
             yield (f"conv_transpose3d s{s} p{p} op{op} g{g} d{d} {tag}",
                    lambda: torch.ops.convops.conv_transpose3d(x3, w3, b3, s, p, op, g, d),
                    lambda: F.conv_transpose3d(x3, w3, b3, s, p, op, g, d), tol[dtype])
-        # Kernel equal to the stride: one GEMM and a pixel shuffle on contiguous inputs where cuBLAS computes as the
-        # convolution would (not fp32 with TF32 allowed), the implicit-GEMM kernel otherwise.
+        # Kernel equal to the stride: one GEMM and a pixel shuffle on contiguous inputs (TF32 too, on operands
+        # rounded to nearest), the implicit-GEMM kernel otherwise.
         wk, bk = rand(6, 5, 2, 2, dtype=dtype), rand(5, dtype=dtype)
         yield (f"conv_transpose2d kernel = stride 2 {tag}",
                lambda: torch.ops.convops.conv_transpose2d(x, wk, bk, 2, 0, 0, 1, 1),

@@ -81,4 +81,5 @@ TORCH_LIBRARY_FRAGMENT(convops, m) {
       "int[2] padding, int[2] dilation, int num_groups, Tensor? gn_weight, Tensor? gn_bias, float eps, Tensor scale, "
       "int[2] pool_kernel, float? clamp_min=None, float? clamp_max=None) -> Tensor");
   convops::register_non_strided_rejection(m, "conv2d_group_norm_scale_max_pool_clamp");
+  convops::register_autocast_passthrough(m, "conv2d_group_norm_scale_max_pool_clamp");
 }

@@ -79,7 +79,9 @@ TORCH_LIBRARY_FRAGMENT(convops, m) {
       "conv_transpose3d(Tensor input, Tensor weight, Tensor? bias=None, int[3] stride=1, int[3] padding=0, "
       "int[3] output_padding=0, int groups=1, int[3] dilation=1) -> Tensor");
   register_non_strided_rejection(m, "conv_transpose2d");
+  register_autocast_passthrough(m, "conv_transpose2d");
   register_non_strided_rejection(m, "conv_transpose3d");
+  register_autocast_passthrough(m, "conv_transpose3d");
 }
 
 }  // namespace convops

@@ -35,4 +35,5 @@ TORCH_LIBRARY_FRAGMENT(convops, m) {
       "Tensor pointwise_weight, Tensor? pointwise_bias=None, int[2] stride=1, int[2] padding=0, "
       "int[2] dilation=1) -> Tensor");
   convops::register_non_strided_rejection(m, "depthwise_separable_conv2d");
+  convops::register_autocast_passthrough(m, "depthwise_separable_conv2d");
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/irange.h>
 #include <c10/util/safe_numerics.h>
 #include <torch/library.h>
@@ -152,6 +153,24 @@ inline void register_non_strided_rejection(torch::Library& m, const char* name) 
   for (const auto key : {DispatchKey::SparseCPU, DispatchKey::SparseCUDA, DispatchKey::SparseMeta,
                          DispatchKey::SparseCsrCPU, DispatchKey::SparseCsrCUDA, DispatchKey::SparseCsrMeta}) {
     m.impl(name, torch::dispatch(key, torch::CppFunction::makeFromBoxedFunction<&reject_non_strided>()));
+  }
+}
+
+// Autocast leaves convops ops alone (they compute in their inputs' dtype; cast the inputs to change it), but with no
+// kernel of its own on the Autocast keys an op falls through with the region still active, and autocast then
+// reaches the ATen calls inside its kernels: at::matmul returns fp16/bf16 products, a cuDNN fallback another dtype
+// than the op's fake implementation promises. This boxed kernel serves every op on those keys: it runs the op with
+// autocast excluded for the whole call, as torchvision's autocast kernels run theirs.
+inline void run_without_autocast(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  op.callBoxed(stack);
+}
+
+// Registers run_without_autocast for op `name` on the CPU and CUDA autocast keys (call inside the op's
+// TORCH_LIBRARY_FRAGMENT, after m.def).
+inline void register_autocast_passthrough(torch::Library& m, const char* name) {
+  for (const auto key : {c10::DispatchKey::AutocastCPU, c10::DispatchKey::AutocastCUDA}) {
+    m.impl(name, torch::dispatch(key, torch::CppFunction::makeFromBoxedFunction<&run_without_autocast>()));
   }
 }
 

@@ -1,7 +1,9 @@
-// A batched GEMM that computes as cuDNN computes a convolution, whatever PyTorch's matmul flags say: fp32
-// accumulation (double for double), and TF32 exactly when the convolution flags allow it for fp32, with both
-// operands rounded to nearest (ties to even) first, as cuDNN's Hopper kernels round theirs
-// (../shared/notes/kernels-research.md §6; device_utils.cuh's tf32_bits).
+// A batched GEMM that computes as cuDNN computes a convolution, whatever PyTorch's matmul flags say about TF32 and
+// fp16 accumulation: fp32 accumulation (double for double), and TF32 exactly when the convolution flags allow it
+// for fp32, with both operands rounded to nearest (ties to even) first, as cuDNN's Hopper kernels round theirs
+// (../shared/notes/kernels-research.md §6; device_utils.cuh's tf32_bits). The exception: where ATen's matmul runs
+// it (below), fp16/bf16 split-K partial sums may be added in 16 bits, as the reduced-precision-reduction flags
+// allow by default.
 //
 // ATen's matmul runs it where it computes that way under the current flags (cublas_gemm_matches_convolution: bf16,
 // fp16 without fp16 accumulation, fp32 with neither library allowed TF32, fp64): its cuBLAS calls were the faster
