@@ -336,8 +336,8 @@ at::Tensor conv_transpose_cuda(const char* op, const at::Tensor& input, const at
                                const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args) {
   const c10::cuda::CUDAGuard guard(input.device());
   if (input.numel() == 0) return conv_transpose_kernel_path(op, input, weight, bias, args);  // nothing to time
-  // Whether the convops path is the GEMM depends on flags outside the key's tensors (matmul precision, determinism):
-  // it is part of the problem, so that a decision timed with one implementation is not reused for the other.
+  // Whether the convops path is the GEMM depends on a flag outside the key's tensors (deterministic algorithms): it
+  // is part of the problem, so that a decision timed with one implementation is not reused for the other.
   const bool gemm = cuda::conv_transpose_gemm_applies(input, weight, args);
   return cuda::run_chosen_path(
       cuda::problem_key(op, input, weight, bias, at::IntArrayRef(args.stride), at::IntArrayRef(args.padding),
