@@ -19,15 +19,11 @@
 #include <limits>
 
 #include "cuda/device_info.h"
+#include "cuda/device_utils.cuh"
 
 namespace convops {
 namespace cuda {
 namespace channel_bias {
-
-template <typename scalar_t, int V>
-struct alignas(sizeof(scalar_t) * V) Vector {
-  scalar_t v[V];
-};
 
 constexpr int kThreads = 256;
 constexpr int kUnroll = 2;  // vectors a lane has in flight
@@ -38,7 +34,7 @@ __global__ void __launch_bounds__(kThreads) add_channel_bias_kernel(scalar_t* __
                                                                     const scalar_t* __restrict__ bias, int64_t planes,
                                                                     int channels, int vectors) {
   using acc_t = at::opmath_type<scalar_t>;
-  using Vec = Vector<scalar_t, V>;
+  using Vec = AlignedVector<scalar_t, V>;
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
   for (int64_t plane = (int64_t{blockIdx.x} * kThreads + threadIdx.x) / 32; plane < planes; plane += warps) {

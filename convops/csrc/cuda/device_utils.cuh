@@ -13,6 +13,13 @@ __host__ __device__ __forceinline__ T ceil_div(T a, T b) {
   return (a + b - 1) / b;
 }
 
+// V elements of scalar_t as one aligned unit, so that a load or store of it is one vector instruction (16 bytes at
+// most: V * sizeof(scalar_t) <= 16).
+template <typename scalar_t, int V>
+struct alignas(sizeof(scalar_t) * V) AlignedVector {
+  scalar_t v[V];
+};
+
 // Division of non-negative ints (< 2^31) by a divisor fixed at launch, as a multiply-high, an add and a shift
 // instead of the ~20-instruction integer division (Granlund & Montgomery, "Division by invariant integers using
 // multiplication", 1994): for d >= 1, shift = ceil(log2 d) and multiplier = floor(2^32 (2^shift - d) / d) + 1 give

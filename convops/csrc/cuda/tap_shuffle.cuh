@@ -24,6 +24,7 @@
 #include <optional>
 
 #include "cuda/device_info.h"
+#include "cuda/device_utils.cuh"
 
 namespace convops {
 namespace cuda {
@@ -33,11 +34,6 @@ namespace tap_shuffle {
 // implicit-GEMM kernel (conv_transpose_gemm_applies).
 constexpr int kMaxLastTaps = 8;
 constexpr int kThreads = 256;
-
-template <typename scalar_t, int V>
-struct alignas(sizeof(scalar_t) * V) Vector {
-  scalar_t v[V];
-};
 
 struct Shape {
   int64_t rows;        // N C_out D k_d H k_h: the output's rows
@@ -60,7 +56,7 @@ __global__ void __launch_bounds__(kThreads) tap_shuffle_kernel(const scalar_t* _
                                                                const scalar_t* __restrict__ bias,
                                                                scalar_t* __restrict__ out, Shape s, int row_threads) {
   using acc_t = at::opmath_type<scalar_t>;
-  using Vec = Vector<scalar_t, V>;
+  using Vec = AlignedVector<scalar_t, V>;
   constexpr int kTaps = KW > 0 ? KW : kMaxLastTaps;
   const int k_w = KW > 0 ? KW : s.k_w;
   const int lane = threadIdx.x % row_threads;
