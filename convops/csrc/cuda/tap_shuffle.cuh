@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(kThreads) tap_shuffle_kernel(const scalar_t* _
     const scalar_t* source = products + ((image * s.k_d + a) * s.k_h + b) * k_w * s.plane + (d * s.height + h) * s.width;
     scalar_t* target = out + row * s.width * k_w;
     const acc_t bias_c = bias == nullptr ? acc_t(0) : static_cast<acc_t>(bias[image % s.channels]);
-    for (int i = lane; i < s.row_vectors; i += row_threads) {
+    // 64-bit: with single elements and k_w = 1 a row's W may come within a block of 2^31.
+    for (int64_t i = lane; i < s.row_vectors; i += row_threads) {
       Vec in[kTaps];
 #pragma unroll
       for (int t = 0; t < kTaps; ++t) {
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) tap_shuffle_kernel(const scalar_t* _
       }
       if constexpr (KW > 0) {
         // Output vector q holds elements j = q V + e: tap j % KW, source element j / KW.
-        Vec* target_vectors = reinterpret_cast<Vec*>(target) + int64_t{i} * KW;
+        Vec* target_vectors = reinterpret_cast<Vec*>(target) + i * KW;
 #pragma unroll
         for (int q = 0; q < KW; ++q) {
           Vec o;
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(kThreads) tap_shuffle_kernel(const scalar_t* _
           target_vectors[q] = o;
         }
       } else {
-        scalar_t* target_item = target + int64_t{i} * V * k_w;
+        scalar_t* target_item = target + i * V * k_w;
 #pragma unroll
         for (int t = 0; t < kTaps; ++t) {
           if (t >= k_w) continue;
