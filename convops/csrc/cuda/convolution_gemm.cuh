@@ -108,25 +108,17 @@ inline at::Tensor batched_convolution_gemm(const at::Tensor& a, const at::Tensor
   const at::Tensor a_op = tf32 ? convolution_gemm::rounded_to_tf32(a) : a;
   const at::Tensor b_op = tf32 ? convolution_gemm::rounded_to_tf32(b) : b;
 
+  // fp32 compute (float alpha and beta) for every dtype that gets here: fp64 always takes ATen's matmul.
   cudaDataType_t data_type;
-  cublasComputeType_t compute_type;
-  const float one_f = 1.0f, zero_f = 0.0f;
-  const double one_d = 1.0, zero_d = 0.0;
-  const void* alpha = &one_f;
-  const void* beta = &zero_f;
+  cublasComputeType_t compute_type = CUBLAS_COMPUTE_32F;
+  const float alpha = 1.0f, beta = 0.0f;
   switch (a.scalar_type()) {
     case at::kFloat:
       data_type = CUDA_R_32F;
-      compute_type = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      if (tf32) compute_type = CUBLAS_COMPUTE_32F_FAST_TF32;
       break;
-    case at::kDouble:
-      data_type = CUDA_R_64F;
-      compute_type = CUBLAS_COMPUTE_64F;
-      alpha = &one_d;
-      beta = &zero_d;
-      break;
-    case at::kHalf: data_type = CUDA_R_16F; compute_type = CUBLAS_COMPUTE_32F; break;
-    case at::kBFloat16: data_type = CUDA_R_16BF; compute_type = CUBLAS_COMPUTE_32F; break;
+    case at::kHalf: data_type = CUDA_R_16F; break;
+    case at::kBFloat16: data_type = CUDA_R_16BF; break;
     default: TORCH_CHECK(false, "convops: convolution GEMM: unsupported dtype ", a.scalar_type());
   }
   cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();  // on the current stream, with ATen's workspace
@@ -136,9 +128,9 @@ inline at::Tensor batched_convolution_gemm(const at::Tensor& a, const at::Tensor
       handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
   // Column-major view: c[i]^T (P x M) = b[i]^T (P x K) a^T (K x M); a is shared, stride 0.
   TORCH_CUDABLAS_CHECK(cublasGemmStridedBatchedEx(
-      handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(p), static_cast<int>(m), static_cast<int>(k), alpha,
+      handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(p), static_cast<int>(m), static_cast<int>(k), &alpha,
       b_op.const_data_ptr(), data_type, static_cast<int>(p), static_cast<long long>(k * p), a_op.const_data_ptr(),
-      data_type, static_cast<int>(k), 0LL, beta, c.mutable_data_ptr(), data_type, static_cast<int>(p),
+      data_type, static_cast<int>(k), 0LL, &beta, c.mutable_data_ptr(), data_type, static_cast<int>(p),
       static_cast<long long>(m * p), static_cast<int>(batch), compute_type, CUBLAS_GEMM_DEFAULT));
   return c;
 }
