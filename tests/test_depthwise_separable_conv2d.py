@@ -217,6 +217,21 @@ def test_cuda_mixed_path_adds_the_pointwise_bias_as_aten_does(dtype, in_hw):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_cuda_mixed_path_tf32_gemm_rounds_its_operands(layout):
+    """With TF32 allowed the mixed path's NCHW 1x1 is still a GEMM (cuda/convolution_gemm.cuh: operands rounded to
+    TF32 by convops' kernel, then cuBLAS's TF32 GEMM), matching the TF32 reference; in channels-last it stays ATen's
+    1x1 convolution, since ATen's mm would not round as cuDNN does."""
+    case = (2, 6, 1, 40, 21, 33, (3, 3), (2, 2), (1, 1), (1, 1), True, True)  # stride 2: no fused kernel
+    with allow_tf32(True), convops.forced_path("convops"):
+        args = make_problem(case, torch.float32, "cuda", layout)
+        ran = cuda_kernels_run(lambda: convops.depthwise_separable_conv2d(*args))
+        check_against_reference(case, torch.float32, "cuda", layout, unfused=True)
+    rounded = any("round_to_tf32_kernel" in name for name in ran)
+    assert rounded == (layout == "contiguous"), ran
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_one_channel_channels_last_output_stays_channels_last(dtype):
     """With one input channel a channels-last tensor is NCHW-contiguous too: the mixed path must pick its GEMM by the

@@ -17,6 +17,7 @@
 #include "common/checks.h"
 #include "common/precision.h"
 #include "cuda/channel_bias.cuh"
+#include "cuda/convolution_gemm.cuh"
 #include "cuda/depthwise_conv2d_launch.cuh"
 #include "cuda/depthwise_separable_conv2d_pipelined.cuh"
 #include "cuda/depthwise_separable_conv2d_streaming.cuh"
@@ -69,22 +70,24 @@ at::Tensor aten_pointwise(const at::Tensor& mid, const at::Tensor& input, const 
 // output must be channels-last all the same.
 enum class GemmLayout { kNone, kNchw, kNhwc };
 
-// The layout in which the 1x1 of `mid` can be a cuBLAS GEMM with the bits of ATen's 1x1 convolution, or kNone: where
-// cuBLAS would compute otherwise (cublas_gemm_matches_convolution), other layouts, GEMM extents past int, and under
-// torch.use_deterministic_algorithms (ATen's cuBLAS calls raise there unless CUBLAS_WORKSPACE_CONFIG is set, while
-// eager's convolution runs).
+// The layout in which the 1x1 of `mid` can be a cuBLAS GEMM computed as ATen's 1x1 convolution, or kNone: fp64,
+// other layouts, GEMM extents past int, under torch.use_deterministic_algorithms (ATen's cuBLAS calls raise there
+// unless CUBLAS_WORKSPACE_CONFIG is set, while eager's convolution runs), and in NHWC where ATen's mm would compute
+// otherwise (cublas_gemm_matches_convolution). NCHW takes batched_convolution_gemm, which keeps the convolution's
+// precision in every mode, TF32 included.
 GemmLayout pointwise_gemm_layout(const at::Tensor& mid, const at::Tensor& input, const at::Tensor& pointwise_weight) {
   const bool nhwc = input.suggest_memory_format() == at::MemoryFormat::ChannelsLast &&
                     mid.is_contiguous(at::MemoryFormat::ChannelsLast);
   const bool nchw = !nhwc && mid.is_contiguous();
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-  const int64_t rows = nchw ? mid.size(2) * mid.size(3) : mid.size(0) * mid.size(2) * mid.size(3);
-  if (!cublas_gemm_matches_convolution(mid.scalar_type()) || at::globalContext().deterministicAlgorithms() ||
-      !(nchw || nhwc) || rows >= kIntMax ||
-      mid.size(1) >= kIntMax || pointwise_weight.size(0) >= kIntMax) {
-    return GemmLayout::kNone;
+  const int64_t n = mid.size(0), c = mid.size(1), pixels = mid.size(2) * mid.size(3);
+  if (mid.scalar_type() == at::kDouble || at::globalContext().deterministicAlgorithms()) return GemmLayout::kNone;
+  if (nchw && convolution_gemm_fits(n, pointwise_weight.size(0), c, pixels)) return GemmLayout::kNchw;
+  if (nhwc && cublas_gemm_matches_convolution(mid.scalar_type()) && n * pixels < kIntMax && c < kIntMax &&
+      pointwise_weight.size(0) < kIntMax) {
+    return GemmLayout::kNhwc;
   }
-  return nchw ? GemmLayout::kNchw : GemmLayout::kNhwc;
+  return GemmLayout::kNone;
 }
 
 // The 1x1 as a GEMM (layout from pointwise_gemm_layout): per image W (C_out x C) times the C x HW intermediate in
@@ -100,7 +103,8 @@ at::Tensor pointwise_as_gemm(const at::Tensor& mid, GemmLayout layout, const at:
   const at::Tensor weight = pointwise_weight.reshape({c_out, c});
   const bool has_bias = pointwise_bias.has_value() && pointwise_bias->defined();
   if (nchw) {
-    at::Tensor out = at::matmul(weight, mid.view({n, c, h * w}));  // (N, C_out, HW): NCHW
+    at::Tensor out =  // (N, C_out, HW): NCHW
+        batched_convolution_gemm(weight.contiguous(), mid.view({n, c, h * w}), conv_allows_tf32(mid)).contiguous();
     if (has_bias && !add_channel_bias_(out, *pointwise_bias)) out.add_(pointwise_bias->view({1, c_out, 1}));
     return out.view({n, c_out, h, w});
   }
