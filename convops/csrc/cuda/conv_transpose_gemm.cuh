@@ -30,12 +30,11 @@ namespace cuda {
 // No taps overlap and no zeros are inserted, so every output is the same sum of products as eager's, non-finite
 // values included, in another order, with eager's precision (TF32 as the convolution flags say). Applies to dense
 // NCHW / NCDHW inputs, GEMM extents within cuBLAS's ints, at most tap_shuffle::kMaxLastTaps taps along the last
-// dimension, and not under torch.use_deterministic_algorithms: PyTorch vouches for cuBLAS's run-to-run
-// reproducibility only with CUBLAS_WORKSPACE_CONFIG set (its own cuBLAS calls raise otherwise), and the
-// implicit-GEMM kernel is deterministic.
+// dimension, and where convolution_gemm_applies (not under torch.use_deterministic_algorithms: there the
+// implicit-GEMM kernel, which is deterministic, runs).
 inline bool conv_transpose_gemm_applies(const at::Tensor& input, const at::Tensor& weight,
                                         const ConvTransposeArgs& args) {
-  if (args.groups != 1 || at::globalContext().deterministicAlgorithms() || !input.is_contiguous() ||
+  if (args.groups != 1 || !input.is_contiguous() ||
       input.suggest_memory_format() != at::MemoryFormat::Contiguous) {
     return false;
   }
@@ -50,7 +49,7 @@ inline bool conv_transpose_gemm_applies(const at::Tensor& input, const at::Tenso
   }
   const int64_t last_taps = weight.size(-1);
   return last_taps <= tap_shuffle::kMaxLastTaps && input.size(-1) * last_taps < std::numeric_limits<int>::max() &&
-         convolution_gemm_fits(input.size(0), weight.size(1) * taps, input.size(1), pixels);
+         convolution_gemm_applies(input.size(0), weight.size(1) * taps, input.size(1), pixels);
 }
 
 // The GEMM and the shuffle into `output` (dense NCHW / NCDHW, the op's sizes; conv_transpose_gemm_applies holds).

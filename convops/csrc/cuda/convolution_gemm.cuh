@@ -85,20 +85,23 @@ class MathModeGuard {
 
 }  // namespace convolution_gemm
 
-// Whether batched_convolution_gemm can take these extents: cuBLAS's int dimensions and batch count.
-inline bool convolution_gemm_fits(int64_t batch, int64_t m, int64_t k, int64_t p) {
+// Whether batched_convolution_gemm may run on these extents: cuBLAS's int dimensions and batch count, and not under
+// torch.use_deterministic_algorithms, where PyTorch vouches for cuBLAS's run-to-run reproducibility only with
+// CUBLAS_WORKSPACE_CONFIG set (ATen's own cuBLAS calls raise otherwise, while eager's convolution runs).
+inline bool convolution_gemm_applies(int64_t batch, int64_t m, int64_t k, int64_t p) {
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-  return batch < kIntMax && m < kIntMax && k < kIntMax && p < kIntMax;
+  return !at::globalContext().deterministicAlgorithms() && batch < kIntMax && m < kIntMax && k < kIntMax &&
+         p < kIntMax;
 }
 
 // Returns c (N x M x P), c[i] = a (M x K) @ b[i] (K x P) for each i < N, all row-major; a and b contiguous, of one
 // dtype (fp32, fp64, fp16, bf16), on the current stream; tf32: the caller's conv_allows_tf32. Extents within
-// convolution_gemm_fits.
+// convolution_gemm_applies.
 inline at::Tensor batched_convolution_gemm(const at::Tensor& a, const at::Tensor& b, bool tf32) {
   TORCH_INTERNAL_ASSERT(a.dim() == 2 && b.dim() == 3 && a.is_contiguous() && b.is_contiguous() &&
                         a.scalar_type() == b.scalar_type() && (!tf32 || a.scalar_type() == at::kFloat));
   const int64_t batch = b.size(0), m = a.size(0), k = a.size(1), p = b.size(2);
-  TORCH_INTERNAL_ASSERT(convolution_gemm_fits(batch, m, k, p) && b.size(1) == k);
+  TORCH_INTERNAL_ASSERT(convolution_gemm_applies(batch, m, k, p) && b.size(1) == k);
   if (!tf32 && (a.scalar_type() == at::kDouble || cublas_gemm_matches_convolution(a.scalar_type()))) {
     return at::matmul(a, b);
   }

@@ -71,20 +71,19 @@ at::Tensor aten_pointwise(const at::Tensor& mid, const at::Tensor& input, const 
 enum class GemmLayout { kNone, kNchw, kNhwc };
 
 // The layout in which the 1x1 of `mid` can be a cuBLAS GEMM computed as ATen's 1x1 convolution, or kNone: fp64,
-// other layouts, GEMM extents past int, under torch.use_deterministic_algorithms (ATen's cuBLAS calls raise there
-// unless CUBLAS_WORKSPACE_CONFIG is set, while eager's convolution runs), and in NHWC where ATen's mm would compute
-// otherwise (cublas_gemm_matches_convolution). NCHW takes batched_convolution_gemm, which keeps the convolution's
-// precision in every mode, TF32 included.
+// other layouts, where convolution_gemm_applies does not hold (extents past int, deterministic algorithms), and in
+// NHWC where ATen's mm would compute otherwise (cublas_gemm_matches_convolution). NCHW takes
+// batched_convolution_gemm, which keeps the convolution's precision in every mode, TF32 included.
 GemmLayout pointwise_gemm_layout(const at::Tensor& mid, const at::Tensor& input, const at::Tensor& pointwise_weight) {
   const bool nhwc = input.suggest_memory_format() == at::MemoryFormat::ChannelsLast &&
                     mid.is_contiguous(at::MemoryFormat::ChannelsLast);
   const bool nchw = !nhwc && mid.is_contiguous();
-  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   const int64_t n = mid.size(0), c = mid.size(1), pixels = mid.size(2) * mid.size(3);
-  if (mid.scalar_type() == at::kDouble || at::globalContext().deterministicAlgorithms()) return GemmLayout::kNone;
-  if (nchw && convolution_gemm_fits(n, pointwise_weight.size(0), c, pixels)) return GemmLayout::kNchw;
-  if (nhwc && cublas_gemm_matches_convolution(mid.scalar_type()) && n * pixels < kIntMax && c < kIntMax &&
-      pointwise_weight.size(0) < kIntMax) {
+  if (mid.scalar_type() == at::kDouble) return GemmLayout::kNone;
+  if (nchw && convolution_gemm_applies(n, pointwise_weight.size(0), c, pixels)) return GemmLayout::kNchw;
+  // NHWC: one (N HW x C) @ (C x C_out), a single "image" of N HW pixels.
+  if (nhwc && cublas_gemm_matches_convolution(mid.scalar_type()) &&
+      convolution_gemm_applies(1, pointwise_weight.size(0), c, n * pixels)) {
     return GemmLayout::kNhwc;
   }
   return GemmLayout::kNone;
