@@ -33,8 +33,8 @@ def _use_cuda() -> bool:
 
 
 # Sources every build takes: the module itself, the path choice every op's CUDA entry consults, the bulk-copy host
-# helpers (tensor maps).
-_SHARED_SOURCES = ("convops.cpp", "path_choice.cpp", "path_choice.cu", "bulk_copy.cu")
+# helpers (tensor maps), the convolution GEMM (conv_transpose's kernel == stride path and the separable mixed path).
+_SHARED_SOURCES = ("convops.cpp", "path_choice.cpp", "path_choice.cu", "bulk_copy.cu", "convolution_gemm.cu")
 
 
 # Families whose files need another family's (by file-name prefix): the separable op runs the depthwise kernels as

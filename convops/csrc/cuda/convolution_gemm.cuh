@@ -17,73 +17,12 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/Exceptions.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <limits>
 
-#include "common/precision.h"
-#include "cuda/device_info.h"
-#include "cuda/device_utils.cuh"
-
 namespace convops {
 namespace cuda {
-namespace convolution_gemm {
-
-constexpr int kThreads = 256;
-
-// out[i] = x[i] rounded to TF32 (an fp32 bit pattern with the low 13 mantissa bits zero); float4 where both bases
-// are 16-byte aligned.
-__global__ void __launch_bounds__(kThreads) round_to_tf32_kernel(const float* __restrict__ x, float* __restrict__ out,
-                                                                 int64_t n, bool vectorize) {
-  const int64_t stride = int64_t{gridDim.x} * kThreads;
-  const int64_t vectors = vectorize ? n / 4 : 0;
-  for (int64_t i = int64_t{blockIdx.x} * kThreads + threadIdx.x; i < vectors; i += stride) {
-    float4 v = reinterpret_cast<const float4*>(x)[i];
-    v = make_float4(round_tf32(v.x), round_tf32(v.y), round_tf32(v.z), round_tf32(v.w));
-    reinterpret_cast<float4*>(out)[i] = v;
-  }
-  for (int64_t i = vectors * 4 + int64_t{blockIdx.x} * kThreads + threadIdx.x; i < n; i += stride) {
-    out[i] = round_tf32(x[i]);
-  }
-}
-
-// A contiguous copy of `x` (contiguous fp32) rounded to TF32.
-inline at::Tensor rounded_to_tf32(const at::Tensor& x) {
-  TORCH_INTERNAL_ASSERT(x.is_contiguous() && x.scalar_type() == at::kFloat);
-  at::Tensor out = at::empty_like(x, at::MemoryFormat::Contiguous);
-  const int64_t n = x.numel();
-  if (n == 0) return out;
-  const int64_t blocks = std::min<int64_t>((n / 4 + kThreads - 1) / kThreads + 1, int64_t{multiprocessor_count()} * 16);
-  round_to_tf32_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-      x.const_data_ptr<float>(), out.mutable_data_ptr<float>(), n,
-      reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(out.const_data_ptr()) % 16 == 0);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return out;
-}
-
-// Restores the handle's math mode on scope exit: ATen sets it on every handle fetch, but other users of the
-// handle on this thread need not.
-class MathModeGuard {
- public:
-  MathModeGuard(cublasHandle_t handle, cublasMath_t mode) : handle_(handle) {
-    TORCH_CUDABLAS_CHECK(cublasGetMathMode(handle_, &previous_));
-    TORCH_CUDABLAS_CHECK(cublasSetMathMode(handle_, mode));
-  }
-  ~MathModeGuard() { cublasSetMathMode(handle_, previous_); }
-  MathModeGuard(const MathModeGuard&) = delete;
-  MathModeGuard& operator=(const MathModeGuard&) = delete;
-
- private:
-  cublasHandle_t handle_;
-  cublasMath_t previous_;
-};
-
-}  // namespace convolution_gemm
 
 // Whether batched_convolution_gemm may run on these extents: cuBLAS's int dimensions and batch count, and not under
 // torch.use_deterministic_algorithms, where PyTorch vouches for cuBLAS's run-to-run reproducibility only with
@@ -97,46 +36,7 @@ inline bool convolution_gemm_applies(int64_t batch, int64_t m, int64_t k, int64_
 // Returns c (N x M x P), c[i] = a (M x K) @ b[i] (K x P) for each i < N, all row-major; a and b contiguous, of one
 // dtype (fp32, fp64, fp16, bf16), on the current stream; tf32: the caller's conv_allows_tf32. Extents within
 // convolution_gemm_applies.
-inline at::Tensor batched_convolution_gemm(const at::Tensor& a, const at::Tensor& b, bool tf32) {
-  TORCH_INTERNAL_ASSERT(a.dim() == 2 && b.dim() == 3 && a.is_contiguous() && b.is_contiguous() &&
-                        a.scalar_type() == b.scalar_type() && (!tf32 || a.scalar_type() == at::kFloat));
-  const int64_t batch = b.size(0), m = a.size(0), k = a.size(1), p = b.size(2);
-  TORCH_INTERNAL_ASSERT(convolution_gemm_applies(batch, m, k, p) && b.size(1) == k);
-  if (!tf32 && (a.scalar_type() == at::kDouble || cublas_gemm_matches_convolution(a.scalar_type()))) {
-    return at::matmul(a, b);
-  }
-  at::Tensor c = at::empty({batch, m, p}, b.options());
-  if (c.numel() == 0) return c;
-  if (k == 0) return c.zero_();
-  const at::Tensor a_op = tf32 ? convolution_gemm::rounded_to_tf32(a) : a;
-  const at::Tensor b_op = tf32 ? convolution_gemm::rounded_to_tf32(b) : b;
-
-  // fp32 compute (float alpha and beta) for every dtype that gets here: fp64 always takes ATen's matmul.
-  cudaDataType_t data_type;
-  cublasComputeType_t compute_type = CUBLAS_COMPUTE_32F;
-  const float alpha = 1.0f, beta = 0.0f;
-  switch (a.scalar_type()) {
-    case at::kFloat:
-      data_type = CUDA_R_32F;
-      if (tf32) compute_type = CUBLAS_COMPUTE_32F_FAST_TF32;
-      break;
-    case at::kHalf: data_type = CUDA_R_16F; break;
-    case at::kBFloat16: data_type = CUDA_R_16BF; break;
-    default: TORCH_CHECK(false, "convops: convolution GEMM: unsupported dtype ", a.scalar_type());
-  }
-  cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();  // on the current stream, with ATen's workspace
-  // Default math: no TF32 for CUBLAS_COMPUTE_32F on fp32 data (the compute type asks for it where allowed), and
-  // no 16-bit reduction of partial sums.
-  const convolution_gemm::MathModeGuard math(
-      handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
-  // Column-major view: c[i]^T (P x M) = b[i]^T (P x K) a^T (K x M); a is shared, stride 0.
-  TORCH_CUDABLAS_CHECK(cublasGemmStridedBatchedEx(
-      handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(p), static_cast<int>(m), static_cast<int>(k), &alpha,
-      b_op.const_data_ptr(), data_type, static_cast<int>(p), static_cast<long long>(k * p), a_op.const_data_ptr(),
-      data_type, static_cast<int>(k), 0LL, &beta, c.mutable_data_ptr(), data_type, static_cast<int>(p),
-      static_cast<long long>(m * p), static_cast<int>(batch), compute_type, CUBLAS_GEMM_DEFAULT));
-  return c;
-}
+at::Tensor batched_convolution_gemm(const at::Tensor& a, const at::Tensor& b, bool tf32);
 
 }  // namespace cuda
 }  // namespace convops
