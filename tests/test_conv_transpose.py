@@ -224,7 +224,10 @@ def test_nonfinite_weights_propagate_as_in_aten(device, dims, layout, dtype, tf3
 # pixel owns its output patch, a structure a kernel can exploit (a GEMM and a pixel shuffle), so these cases check it
 # in every layout and dtype. For the CUDA shuffle (csrc/cuda/tap_shuffle.cuh): widths odd (single elements) and
 # multiples of 16 (vector loads), 2112 (more vectors than a row's 256 threads); last kernel extents 1, 2 (compiled
-# in), 3, 5 and 8 (interleaved at run time, 2-D and 3-D) and 9 (past the shuffle: the implicit-GEMM kernel).
+# in), 3, 5 and 8 (interleaved at run time, 2-D and 3-D) and 9 (past the shuffle: the implicit-GEMM kernel). The
+# "few_pixels" cases have fewer pixels an image than C_out taps, where TF32 takes pixel-major products and the
+# transposing shuffle: tiles of 32 pixels (one part-filled, or two across rows) and of 64 / taps channels (the last
+# one part-filled), last kernel extents 2 and 3 (the tile's row pitch follows k_w), 2-D and 3-D.
 KERNEL_IS_STRIDE = {"2d": Case(3, 5, 7, (9, 13), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_3x1_no_bias": Case(2, 6, 3, (5, 4), (3, 1), (3, 1), (0, 0), (0, 0), (1, 1), bias=False),
                     "2d_wide": Case(2, 6, 5, (3, 16), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
@@ -235,7 +238,11 @@ KERNEL_IS_STRIDE = {"2d": Case(3, 5, 7, (9, 13), (2, 2), (2, 2), (0, 0), (0, 0),
                     "2d_1x9": Case(2, 3, 4, (3, 5), (1, 9), (1, 9), (0, 0), (0, 0), (1, 1)),
                     "3d": Case(2, 4, 5, (3, 5, 4), (2, 1, 2), (2, 1, 2), (0,) * 3, (0,) * 3, (1,) * 3),
                     "3d_1x2x5_odd": Case(2, 3, 2, (2, 3, 13), (1, 2, 5), (1, 2, 5), (0,) * 3, (0,) * 3, (1,) * 3),
-                    "3d_wide": Case(2, 3, 4, (2, 3, 16), (2, 2, 2), (2, 2, 2), (0,) * 3, (0,) * 3, (1,) * 3)}
+                    "3d_wide": Case(2, 3, 4, (2, 3, 16), (2, 2, 2), (2, 2, 2), (0,) * 3, (0,) * 3, (1,) * 3),
+                    "2d_few_pixels": Case(2, 8, 24, (3, 5), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
+                    "2d_few_pixels_rows": Case(1, 4, 40, (5, 9), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
+                    "2d_few_pixels_1x3": Case(2, 4, 11, (2, 7), (1, 3), (1, 3), (0, 0), (0, 0), (1, 1)),
+                    "3d_few_pixels": Case(2, 4, 9, (2, 3, 3), (2, 2, 2), (2, 2, 2), (0,) * 3, (0,) * 3, (1,) * 3)}
 # The widest last kernel extent the CUDA GEMM path takes (tap_shuffle::kMaxLastTaps in csrc/cuda/tap_shuffle.cuh).
 MAX_GEMM_LAST_TAPS = 8
 
@@ -275,6 +282,10 @@ def test_cuda_kernel_equal_to_stride_runs_as_a_gemm(name, layout, dtype, tf32):
         check_against_aten(case, dtype, "cuda", layout, tf32)
     fits = case.kernel[-1] <= MAX_GEMM_LAST_TAPS
     assert uses_gemm(ran) == (layout == "contiguous" and fits), ran
+    # TF32 takes pixel-major products where an image has fewer pixels than C_out taps (conv_transpose_gemm.cuh).
+    few_pixels = math.prod(case.spatial) < case.out_channels * math.prod(case.kernel)
+    pixel_major = any("pixel_major_tap_shuffle_kernel<" in k for k in ran)
+    assert pixel_major == (uses_gemm(ran) and tf32 and few_pixels), ran
 
 
 @pytest.mark.cuda

@@ -73,18 +73,24 @@ class MathModeGuard {
 }  // namespace
 }  // namespace convolution_gemm
 
-at::Tensor batched_convolution_gemm(const at::Tensor& a, const at::Tensor& b, bool tf32) {
-  TORCH_INTERNAL_ASSERT(a.dim() == 2 && b.dim() == 3 && a.is_contiguous() && b.is_contiguous() &&
-                        a.scalar_type() == b.scalar_type() && (!tf32 || a.scalar_type() == at::kFloat));
+at::Tensor batched_convolution_gemm(const at::Tensor& a, const at::Tensor& b, bool tf32, ProductLayout layout) {
+  // a_transposed: a is the transpose of a contiguous (K x M) matrix (conv_transpose's weight as it comes).
+  const bool a_transposed = !a.is_contiguous();
+  TORCH_INTERNAL_ASSERT(a.dim() == 2 && b.dim() == 3 && (a.is_contiguous() || a.t().is_contiguous()) &&
+                        b.is_contiguous() && a.scalar_type() == b.scalar_type() &&
+                        (!tf32 || a.scalar_type() == at::kFloat));
   const int64_t batch = b.size(0), m = a.size(0), k = a.size(1), p = b.size(2);
   TORCH_INTERNAL_ASSERT(convolution_gemm_applies(batch, m, k, p) && b.size(1) == k);
+  const bool pixel_major = layout == ProductLayout::kPixelMajor;
   if (!tf32 && (a.scalar_type() == at::kDouble || cublas_gemm_matches_convolution(a.scalar_type()))) {
-    return at::matmul(a, b);
+    // ATen passes the transposed views to cuBLAS as transpose flags, no copies.
+    return pixel_major ? at::matmul(b.mT(), a.t()).contiguous() : at::matmul(a, b);
   }
-  at::Tensor c = at::empty({batch, m, p}, b.options());
+  at::Tensor c = pixel_major ? at::empty({batch, p, m}, b.options()) : at::empty({batch, m, p}, b.options());
   if (c.numel() == 0) return c;
   if (k == 0) return c.zero_();
-  const at::Tensor a_op = tf32 ? convolution_gemm::rounded_to_tf32(a) : a;
+  const at::Tensor a_op = !tf32 ? a : a_transposed ? convolution_gemm::rounded_to_tf32(a.t()).t()
+                                                  : convolution_gemm::rounded_to_tf32(a);
   const at::Tensor b_op = tf32 ? convolution_gemm::rounded_to_tf32(b) : b;
 
   // fp32 compute (float alpha and beta) for every dtype that gets here: fp64 always takes ATen's matmul.
@@ -105,12 +111,26 @@ at::Tensor batched_convolution_gemm(const at::Tensor& a, const at::Tensor& b, bo
   // no 16-bit reduction of partial sums.
   const convolution_gemm::MathModeGuard math(
       handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
-  // Column-major view: c[i]^T (P x M) = b[i]^T (P x K) a^T (K x M); a is shared, stride 0.
-  TORCH_CUDABLAS_CHECK(cublasGemmStridedBatchedEx(
-      handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(p), static_cast<int>(m), static_cast<int>(k), &alpha,
-      b_op.const_data_ptr(), data_type, static_cast<int>(p), static_cast<long long>(k * p), a_op.const_data_ptr(),
-      data_type, static_cast<int>(k), 0LL, &beta, c.mutable_data_ptr(), data_type, static_cast<int>(p),
-      static_cast<long long>(m * p), static_cast<int>(batch), compute_type, CUBLAS_GEMM_DEFAULT));
+  // cuBLAS is column-major: a row-major (R x C) matrix is its column-major (C x R) transpose. So b[i] is b[i]^T
+  // (P x K, leading dimension P), and a is a^T (K x M, leading dimension K), or with a_transposed a itself
+  // (M x K, leading dimension M). a is shared by the batch: stride 0.
+  const int mi = static_cast<int>(m), ki = static_cast<int>(k), pi = static_cast<int>(p);
+  const int lda = a_transposed ? mi : ki;
+  if (pixel_major) {
+    // c[i] (M x P, leading dimension M) = a (M x K) b[i] (K x P).
+    TORCH_CUDABLAS_CHECK(cublasGemmStridedBatchedEx(
+        handle, a_transposed ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_T, mi, pi, ki, &alpha, a_op.const_data_ptr(),
+        data_type, lda, 0LL, b_op.const_data_ptr(), data_type, pi, static_cast<long long>(k * p), &beta,
+        c.mutable_data_ptr(), data_type, mi, static_cast<long long>(m * p), static_cast<int>(batch), compute_type,
+        CUBLAS_GEMM_DEFAULT));
+  } else {
+    // c[i]^T (P x M, leading dimension P) = b[i]^T (P x K) a^T (K x M).
+    TORCH_CUDABLAS_CHECK(cublasGemmStridedBatchedEx(
+        handle, CUBLAS_OP_N, a_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, pi, mi, ki, &alpha, b_op.const_data_ptr(),
+        data_type, pi, static_cast<long long>(k * p), a_op.const_data_ptr(), data_type, lda, 0LL, &beta,
+        c.mutable_data_ptr(), data_type, pi, static_cast<long long>(m * p), static_cast<int>(batch), compute_type,
+        CUBLAS_GEMM_DEFAULT));
+  }
   return c;
 }
 

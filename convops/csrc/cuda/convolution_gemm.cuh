@@ -33,10 +33,17 @@ inline bool convolution_gemm_applies(int64_t batch, int64_t m, int64_t k, int64_
          p < kIntMax;
 }
 
-// Returns c (N x M x P), c[i] = a (M x K) @ b[i] (K x P) for each i < N, all row-major; a and b contiguous, of one
-// dtype (fp32, fp64, fp16, bf16), on the current stream; tf32: the caller's conv_allows_tf32. Extents within
-// convolution_gemm_applies.
-at::Tensor batched_convolution_gemm(const at::Tensor& a, const at::Tensor& b, bool tf32);
+// How batched_convolution_gemm lays out each product matrix c[i] = a @ b[i] (M x P): channel-major, c (N, M, P), or
+// pixel-major, c (N, P, M) holding each c[i] transposed. The two are one GEMM with the operands' roles swapped, and
+// cuBLAS's heuristics pick kernels of different speeds for them (conv_transpose_gemm.cuh: the narrow UNet layer).
+enum class ProductLayout { kChannelMajor, kPixelMajor };
+
+// Returns c (N x M x P), c[i] = a (M x K) @ b[i] (K x P) for each i < N, all row-major (or, pixel-major, c (N x P x
+// M) holding c[i]^T); b contiguous, a contiguous or the transpose of a contiguous (K x M) matrix (passed to cuBLAS
+// as a transpose flag, no copy), of one dtype (fp32, fp64, fp16, bf16), on the current stream; tf32: the caller's
+// conv_allows_tf32. Extents within convolution_gemm_applies.
+at::Tensor batched_convolution_gemm(const at::Tensor& a, const at::Tensor& b, bool tf32,
+                                    ProductLayout layout = ProductLayout::kChannelMajor);
 
 }  // namespace cuda
 }  // namespace convops

@@ -11,6 +11,12 @@
 // 32 us in bf16. Here a thread loads V consecutive w of each of the k_w planes (vector loads, coalesced across the
 // warp) and stores the V k_w output elements they make, also as vectors; the index math is once per V k_w outputs.
 // The sum is ATen's add: in fp32 (double for double), rounded once to the output's dtype.
+//
+// Pixel-major products (N, D, H, W, C_out, k_d, k_h, k_w), the GEMM's other orientation (fp32 only: the layout
+// conv_transpose_gemm.cuh picks for narrow TF32 GEMMs): the pass is a transpose, through shared memory. A block
+// loads a tile of 32 consecutive pixels' product rows, each a run of whole channels' taps (coalesced along the
+// row), and writes, for each (channel, a, b) of the tile, the 32 pixels' k_w interleaved outputs (coalesced along
+// the output row).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -136,6 +142,77 @@ void launch_for_dtype(const at::Tensor& products, const std::optional<at::Tensor
   return s.k_w == 2 ? launch<scalar_t, 1, 2>(products, bias, output, s) : launch<scalar_t, 1, 0>(products, bias, output, s);
 }
 
+// The pixel-major pass (header comment). A tile: 32 pixels x kTileColumns / taps channels of one image.
+constexpr int kTilePixels = 32;
+constexpr int kTileColumns = 64;  // the most products a pixel row of the tile holds: whole channels' taps
+constexpr int kMaxPixelMajorTaps = kTileColumns;
+
+struct PixelMajorShape {
+  int64_t images;            // N
+  int64_t pixels;            // D H W
+  int64_t out_plane;         // D k_d H k_h W k_w
+  int64_t out_height_width;  // H k_h W k_w
+  int64_t out_width;         // W k_w
+  int64_t height, width;     // H, W
+  int k_d, k_h, k_w, taps;
+  int channels;       // C_out
+  int tile_channels;  // kTileColumns / taps
+};
+
+// A template (fp32 its one instance) so that the header may be included by more than one .cu file.
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreads) pixel_major_tap_shuffle_kernel(const scalar_t* __restrict__ products,
+                                                                           const scalar_t* __restrict__ bias,
+                                                                           scalar_t* __restrict__ out,
+                                                                           PixelMajorShape s) {
+  // Row pitch == k_w (mod 32 words): a warp's 32 outputs of one (channel, a, b) row read tile words
+  // px * pitch + t with px * k_w + t = lane, so 32 distinct banks.
+  constexpr int kMaxPitch = kTileColumns + 31;
+  __shared__ scalar_t tile[kTilePixels * kMaxPitch];
+  __shared__ int64_t pixel_offset[kTilePixels];  // a tile pixel's output element for channel 0, tap (0, 0, 0)
+  const int pitch = kTileColumns + s.k_w % 32;
+  const int64_t columns = int64_t{s.channels} * s.taps;
+  const int64_t channel_tiles = (s.channels + s.tile_channels - 1) / s.tile_channels;
+  const int64_t pixel_tiles = (s.pixels + kTilePixels - 1) / kTilePixels;
+  const int64_t tiles = s.images * pixel_tiles * channel_tiles;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int64_t item = blockIdx.x; item < tiles; item += gridDim.x) {
+    const int64_t channel_tile = item % channel_tiles, image_pixels = item / channel_tiles;
+    const int64_t n = image_pixels / pixel_tiles, p0 = (image_pixels - n * pixel_tiles) * kTilePixels;
+    const int64_t c0 = channel_tile * s.tile_channels;
+    const int tile_pixels = static_cast<int>(std::min<int64_t>(kTilePixels, s.pixels - p0));
+    const int tile_channels = static_cast<int>(std::min<int64_t>(s.tile_channels, s.channels - c0));
+    const int tile_columns = tile_channels * s.taps;
+
+    if (threadIdx.x < tile_pixels) {
+      const int64_t p = p0 + threadIdx.x, dh = p / s.width, w = p - dh * s.width;
+      const int64_t d = dh / s.height, h = dh - d * s.height;
+      pixel_offset[threadIdx.x] = d * s.k_d * s.out_height_width + h * s.k_h * s.out_width + w * s.k_w;
+    }
+    const scalar_t* source = products + (n * s.pixels + p0) * columns + c0 * s.taps;
+    for (int i = threadIdx.x; i < tile_pixels * tile_columns; i += kThreads) {
+      const int px = i / tile_columns, column = i - px * tile_columns;
+      tile[px * pitch + column] = source[px * columns + column];
+    }
+    __syncthreads();
+
+    // Output row pieces (channel, a, b) of the tile, a warp each: tile_pixels k_w elements.
+    const int pieces = tile_channels * s.k_d * s.k_h, piece_length = tile_pixels * s.k_w;
+    for (int piece = warp; piece < pieces; piece += kThreads / 32) {
+      const int channel = piece / (s.k_d * s.k_h), ab = piece - channel * s.k_d * s.k_h;
+      const int a = ab / s.k_h, b = ab - a * s.k_h;
+      const int64_t c = c0 + channel;
+      scalar_t* target = out + (n * s.channels + c) * s.out_plane + a * s.out_height_width + b * s.out_width;
+      const scalar_t bias_c = bias == nullptr ? scalar_t(0) : bias[c];
+      for (int e = lane; e < piece_length; e += 32) {
+        const int px = e / s.k_w, t = e - px * s.k_w;
+        target[pixel_offset[px] + t] = tile[px * pitch + piece * s.k_w + t] + bias_c;
+      }
+    }
+    __syncthreads();  // the tile and the offsets are reused by the next item
+  }
+}
+
 }  // namespace tap_shuffle
 
 // output (N, C_out, D k_d, H k_h, W k_w) = products (N, C_out, k_d, k_h, k_w, D, H, W) interleaved, plus bias (C_out)
@@ -167,6 +244,41 @@ inline void shuffle_taps_add_bias(const at::Tensor& products, const std::optiona
     case at::kBFloat16: return tap_shuffle::launch_for_dtype<at::BFloat16>(products, bias_c, output, s);
     default: TORCH_CHECK(false, "convops: tap shuffle: unsupported dtype ", output.scalar_type());
   }
+}
+
+// output (N, C_out, D k_d, H k_h, W k_w) from pixel-major products (N, D, H, W, C_out, k_d, k_h, k_w) plus bias
+// (C_out); fp32, dense; prod(kernel) <= tap_shuffle::kMaxPixelMajorTaps, 2-D as k_d = D = 1.
+inline void shuffle_pixel_major_taps_add_bias(const at::Tensor& products, const std::optional<at::Tensor>& bias,
+                                              const at::Tensor& output, std::array<int64_t, 3> kernel,
+                                              std::array<int64_t, 3> in_size) {
+  TORCH_INTERNAL_ASSERT(products.is_contiguous() && output.is_contiguous() && output.scalar_type() == at::kFloat &&
+                        products.scalar_type() == at::kFloat);
+  tap_shuffle::PixelMajorShape s{};
+  s.k_d = static_cast<int>(kernel[0]);
+  s.k_h = static_cast<int>(kernel[1]);
+  s.k_w = static_cast<int>(kernel[2]);
+  s.taps = s.k_d * s.k_h * s.k_w;
+  TORCH_INTERNAL_ASSERT(s.taps <= tap_shuffle::kMaxPixelMajorTaps);
+  s.tile_channels = tap_shuffle::kTileColumns / s.taps;
+  s.images = output.size(0);
+  s.channels = static_cast<int>(output.size(1));
+  s.height = in_size[1];
+  s.width = in_size[2];
+  s.pixels = in_size[0] * in_size[1] * in_size[2];
+  s.out_width = in_size[2] * kernel[2];
+  s.out_height_width = in_size[1] * kernel[1] * s.out_width;
+  s.out_plane = in_size[0] * kernel[0] * s.out_height_width;
+  if (output.numel() == 0) return;
+  const std::optional<at::Tensor> bias_c =
+      bias.has_value() && bias->defined() ? std::optional<at::Tensor>(bias->contiguous()) : std::nullopt;
+  const int64_t tiles = s.images * ((s.pixels + tap_shuffle::kTilePixels - 1) / tap_shuffle::kTilePixels) *
+                        ((s.channels + s.tile_channels - 1) / s.tile_channels);
+  const int64_t blocks = std::min<int64_t>(tiles, int64_t{multiprocessor_count()} * 16);
+  tap_shuffle::pixel_major_tap_shuffle_kernel<float><<<static_cast<unsigned>(blocks), tap_shuffle::kThreads, 0,
+                                                c10::cuda::getCurrentCUDAStream()>>>(
+      products.const_data_ptr<float>(), bias_c.has_value() ? bias_c->const_data_ptr<float>() : nullptr,
+      output.mutable_data_ptr<float>(), s);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace cuda
