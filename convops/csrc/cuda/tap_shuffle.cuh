@@ -189,10 +189,20 @@ __global__ void __launch_bounds__(kThreads) pixel_major_tap_shuffle_kernel(const
       const int64_t d = dh / s.height, h = dh - d * s.height;
       pixel_offset[threadIdx.x] = d * s.k_d * s.out_height_width + h * s.k_h * s.out_width + w * s.k_w;
     }
+    // All of a thread's loads in flight at once, then into shared memory: a loop of load-then-store left each
+    // thread's loads in series (30 us for the 34 MB of UNet c1024-512's products and outputs, H200, 13:28 UTC).
     const scalar_t* source = products + (n * s.pixels + p0) * columns + c0 * s.taps;
-    for (int i = threadIdx.x; i < tile_pixels * tile_columns; i += kThreads) {
-      const int px = i / tile_columns, column = i - px * tile_columns;
-      tile[px * pitch + column] = source[px * columns + column];
+    constexpr int kLoads = kTilePixels * kTileColumns / kThreads;
+    scalar_t loaded[kLoads];
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      const int i = threadIdx.x + j * kThreads, px = i / kTileColumns, column = i % kTileColumns;
+      if (px < tile_pixels && column < tile_columns) loaded[j] = source[px * columns + column];
+    }
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      const int i = threadIdx.x + j * kThreads, px = i / kTileColumns, column = i % kTileColumns;
+      if (px < tile_pixels && column < tile_columns) tile[px * pitch + column] = loaded[j];
     }
     __syncthreads();
 
