@@ -8,8 +8,8 @@
 One process, one GPU. For each case and precision mode it checks every column against eager (a wrong result is
 reported as FAIL, not timed), then times the columns with triton.testing.do_bench (median) over enough input sets
 to exceed the L2 cache, one after the other once every compile's background work (Inductor's compile workers) has
-wound down (bench/quiet.py), and in three rounds where a column is launch-bound (batch-1 layers), each column keeping
-its median round, so that such cases compare like with like. Pass 1 runs every column but max-autotune (about 530 s
+wound down (bench/quiet.py), and in five rounds where a column is launch-bound (under --rounds-below-ms, 0.05 by
+default: batch-1 layers), each column keeping its fastest round, so that such cases compare like with like. Pass 1 runs every column but max-autotune (about 530 s
 on an H200 for the full set, 2026-11-27); pass 2 runs max-autotune, whose compile takes 5-50 s a case, on its subset
 (--autotune) until --budget-s is spent. Outputs: a table on the terminal,
 and bench-<time>.json (every number, the card and the versions), .md (the same table for bench/RESULTS.md) and .png
@@ -33,7 +33,7 @@ from . import provenance, quiet, report
 from .cases import all_cases, select
 from .columns import COLUMNS, convops_backend
 from .floors import measure_ceilings
-from .runner import Plan, run_case, summarize
+from .runner import LAUNCH_BOUND_MS, Plan, run_case, summarize
 from .timing import MODES, bench_ms
 
 AUTOTUNE_POLICIES = ("all", "default", "seeds", "none")
@@ -55,6 +55,10 @@ def parse_args(argv):
     p.add_argument("--budget-s", type=float,
                    help="wall-clock budget of the measurements: compiled columns give way as it runs out "
                         "(default 720, --quick 150)")
+    p.add_argument("--rounds-below-ms", type=float, default=LAUNCH_BOUND_MS,
+                   help="time a case in rounds (each column keeping its fastest) where a column's first round is "
+                        f"under this many ms (default {LAUNCH_BOUND_MS:g}: the launch-bound rows; more costs device "
+                        "time)")
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"), help="output folder")
     p.add_argument("--list", action="store_true", help="print the selected case names and exit")
     args = p.parse_args(argv)
@@ -187,7 +191,8 @@ def main(argv=None) -> int:
     meta["backend"] = backend_note or "convops.backend"
     plan = Plan(columns=args.columns, autotune=args.autotune, deadline=start + args.budget_s, budget_s=args.budget_s,
                 l2_bytes=meta["l2_bytes"] or 50 * 2**20, ceilings=ceilings, backend=backend,
-                backend_note=backend_note)
+                backend_note=backend_note, rounds_below_ms=args.rounds_below_ms)
+    meta["rounds_below_ms"] = args.rounds_below_ms
 
     # Pass 1: every case and mode, all columns but max-autotune. Pass 2: max-autotune (the slowest part: each
     # compile autotunes Triton templates for 5-50 s) on its subset, as far as the budget goes.

@@ -28,6 +28,19 @@ from .timing import Mode, bench_ms, check, first_call_ms, make_inputs, rotating,
 AUTOTUNE_RESERVE_S = 50.0
 
 
+# Launch-bound cases (a column under this many ms in the first round) are timed in LAUNCH_BOUND_ROUNDS rounds, each
+# column once a round, and each column keeps the fastest of its rounds. Their times move with the host: where the
+# host falls behind, the GPU waits for its launches between a call's events, and that wait is timed. It only ever
+# adds time, and it comes in stretches: a batch-1 layer's eager column read 11.5 us in one full run and 40.7 us in
+# the next (H200, 2026-11-27), and within one run's rounds 12.5, 14.2 and 33.7 us while the op, the same ATen
+# kernels, read 13.9, 42.7 and 40.0 (07:12 UTC): the median of three let two slow rounds decide. So each column
+# keeps its least disturbed round, the closest to its GPU time, for every column alike. `--rounds-below-ms` raises the
+# threshold for a run: compiled columns of rows over it were seen slowed 2.3-2.7x in one round (UNet layers of
+# 0.07-0.08 ms, H200, 2026-11-27 13:33 UTC), where the rounds cost device time that full runs do not have.
+LAUNCH_BOUND_MS = 0.05
+LAUNCH_BOUND_ROUNDS = 5
+
+
 @dataclass
 class Plan:
     """What the run may do, and when it must stop starting expensive work."""
@@ -40,6 +53,7 @@ class Plan:
     backend: object | None = None
     backend_note: str = ""
     skipped_for_budget: list = field(default_factory=list)
+    rounds_below_ms: float = LAUNCH_BOUND_MS  # --rounds-below-ms
 
     def time_left(self) -> float:
         return self.deadline - time.monotonic()
@@ -131,7 +145,7 @@ def run_case(case: Case, mode: Mode, plan: Plan, columns: tuple[str, ...] | None
             if fn is not None:
                 ready[column] = fn
         del expected
-        _time_columns(ready, results, inputs, timer)
+        _time_columns(ready, results, inputs, timer, plan.rounds_below_ms)
     record["columns"] = {column: results[column] for column in wanted if column in results}
     summarize(record)
     return record
@@ -141,16 +155,6 @@ def timing_order(columns) -> list[str]:
     """The uncompiled columns before the compiled ones, each group in the given order."""
     return [c for c in columns if c not in COMPILED] + [c for c in columns if c in COMPILED]
 
-
-# Launch-bound cases (a column under this many ms in the first round) are timed in LAUNCH_BOUND_ROUNDS rounds, each
-# column once a round, and each column keeps the fastest of its rounds. Their times move with the host: where the
-# host falls behind, the GPU waits for its launches between a call's events, and that wait is timed. It only ever
-# adds time, and it comes in stretches: a batch-1 layer's eager column read 11.5 us in one full run and 40.7 us in
-# the next (H200, 2026-11-27), and within one run's rounds 12.5, 14.2 and 33.7 us while the op, the same ATen
-# kernels, read 13.9, 42.7 and 40.0 (07:12 UTC): the median of three let two slow rounds decide. So each column
-# keeps its least disturbed round, the closest to its GPU time, for every column alike.
-LAUNCH_BOUND_MS = 0.05
-LAUNCH_BOUND_ROUNDS = 5
 
 
 def _prepare_column(column, model, inputs, expected, mode, plan):
@@ -189,9 +193,10 @@ def _prepare_column(column, model, inputs, expected, mode, plan):
         return _column_result("error", note=_first_line(exc)), None
 
 
-def _time_columns(ready: dict, results: dict, inputs, timer) -> None:
+def _time_columns(ready: dict, results: dict, inputs, timer, rounds_below_ms: float = LAUNCH_BOUND_MS) -> None:
     """Times the checked columns, every one under the same conditions: after every compile of the case has wound
-    down (one settle), in timing order, in rounds where the case is launch-bound (each column keeps its fastest)."""
+    down (one settle), in timing order, in rounds where a column's first round is under `rounds_below_ms` (each
+    column keeps its fastest)."""
     if not ready:
         return
     settled = quiet.settle()
@@ -208,7 +213,7 @@ def _time_columns(ready: dict, results: dict, inputs, timer) -> None:
             except Exception as exc:
                 results[column] = _column_result("error", note=_first_line(exc))
                 del ready[column], rounds[column]
-        if round_index == 0 and not any(times[0] < LAUNCH_BOUND_MS for times in rounds.values()):
+        if round_index == 0 and not any(times[0] < rounds_below_ms for times in rounds.values()):
             break
     for column, times in rounds.items():
         # settle_s and background_cores: how long the timing waited for quiet, and how busy the background still was

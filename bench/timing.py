@@ -84,7 +84,7 @@ def first_call_ms(fn: Callable[[], object]) -> float:
 def bench_ms(fn: Callable[[], object], estimate_ms: float | None = None) -> float:
     """Median time of fn in ms with triton.testing.do_bench (CUDA events; it also zeroes a 256 MB buffer before
     each call, flushing L2). At least about 20 timed calls, also for slow cases; fast cases get hundreds (20 ms of
-    them: launch-bound cases are timed in three such rounds, bench/runner.py)."""
+    them: launch-bound cases are timed in five such rounds, bench/runner.py)."""
     from triton.testing import do_bench
     estimate_ms = estimate_ms if estimate_ms is not None else first_call_ms(fn)
     rep = min(2000.0, max(20.0, 20 * estimate_ms))
