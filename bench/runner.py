@@ -156,7 +156,6 @@ def timing_order(columns) -> list[str]:
     return [c for c in columns if c not in COMPILED] + [c for c in columns if c in COMPILED]
 
 
-
 def _prepare_column(column, model, inputs, expected, mode, plan):
     """The column's first call (a compile, the "auto" op's decision) and its check against eager: (result, fn),
     fn None where it is not to be timed."""
