@@ -58,8 +58,8 @@ inline void conv_transpose_as_gemm(const at::Tensor& input, const at::Tensor& we
   const int64_t sd = args.spatial_dims, n = input.size(0), c_in = input.size(1), c_out = weight.size(1);
   const at::IntArrayRef in_size = input.sizes().slice(2), kernel = weight.sizes().slice(2);
   const int64_t taps = c10::multiply_integers(kernel), pixels = c10::multiply_integers(in_size);
-  // W'[(co, taps), ci] = weight[ci, co, taps]: the transpose of the contiguous weight viewed as C_in x (C_out taps),
-  // which the GEMM takes as it is (a transpose flag, no copy).
+  // W'[(co, taps), ci] = weight[ci, co, taps]: the transpose of the (contiguous) weight viewed as C_in x (C_out
+  // taps), which the GEMM passes to cuBLAS as a transpose flag (TF32 rounds a row-major copy of it instead).
   const at::Tensor w = weight.contiguous().view({c_in, c_out * taps}).t();
   const bool tf32 = conv_allows_tf32(input);
   // cuBLAS's TF32 GEMM in the channel-major orientation ran at half speed where an image has fewer pixels than

@@ -39,8 +39,9 @@ inline bool convolution_gemm_applies(int64_t batch, int64_t m, int64_t k, int64_
 enum class ProductLayout { kChannelMajor, kPixelMajor };
 
 // Returns c (N x M x P), c[i] = a (M x K) @ b[i] (K x P) for each i < N, all row-major (or, pixel-major, c (N x P x
-// M) holding c[i]^T); b contiguous, a contiguous or the transpose of a contiguous (K x M) matrix (passed to cuBLAS
-// as a transpose flag, no copy), of one dtype (fp32, fp64, fp16, bf16), on the current stream; tf32: the caller's
+// M) holding c[i]^T, TF32 only: the one mode where it was measured to pay); b contiguous, a contiguous or the
+// transpose of a contiguous (K x M) matrix (passed to cuBLAS as a transpose flag, except under TF32, which rounds a
+// row-major copy), of one dtype (fp32, fp64, fp16, bf16), on the current stream; tf32: the caller's
 // conv_allows_tf32. Extents within convolution_gemm_applies.
 at::Tensor batched_convolution_gemm(const at::Tensor& a, const at::Tensor& b, bool tf32,
                                     ProductLayout layout = ProductLayout::kChannelMajor);
