@@ -227,7 +227,10 @@ def test_nonfinite_weights_propagate_as_in_aten(device, dims, layout, dtype, tf3
 # in), 3, 5 and 8 (interleaved at run time, 2-D and 3-D) and 9 (past the shuffle: the implicit-GEMM kernel). The
 # "few_pixels" cases have fewer pixels an image than C_out taps, where TF32 takes pixel-major products and the
 # transposing shuffle: tiles of 32 pixels (one part-filled, or two across rows) and of 64 / taps channels (the last
-# one part-filled), last kernel extents 2 and 3 (the tile's row pitch follows k_w), 2-D and 3-D.
+# one part-filled), last kernel extents 2 and 3 (the tile's row pitch follows k_w), 2-D and 3-D. The "k2" and "3x2"
+# cases (and "wide", "long_rows") are what TF32 runs as one fused kernel (k_h x 2, W even, H W a multiple of 4): a
+# C_in that ends in a part stage (40 = 32 + 8), output row families past whole tiles (140 of 192), pixel tiles of
+# 128 past a row and part-filled, k_h = 3, no bias.
 KERNEL_IS_STRIDE = {"2d": Case(3, 5, 7, (9, 13), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_3x1_no_bias": Case(2, 6, 3, (5, 4), (3, 1), (3, 1), (0, 0), (0, 0), (1, 1), bias=False),
                     "2d_wide": Case(2, 6, 5, (3, 16), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
@@ -242,7 +245,10 @@ KERNEL_IS_STRIDE = {"2d": Case(3, 5, 7, (9, 13), (2, 2), (2, 2), (0, 0), (0, 0),
                     "2d_few_pixels": Case(2, 8, 24, (3, 5), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_few_pixels_rows": Case(1, 4, 40, (5, 9), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_few_pixels_1x3": Case(2, 4, 11, (2, 7), (1, 3), (1, 3), (0, 0), (0, 0), (1, 1)),
-                    "3d_few_pixels": Case(2, 4, 9, (2, 3, 3), (2, 2, 2), (2, 2, 2), (0,) * 3, (0,) * 3, (1,) * 3)}
+                    "3d_few_pixels": Case(2, 4, 9, (2, 3, 3), (2, 2, 2), (2, 2, 2), (0,) * 3, (0,) * 3, (1,) * 3),
+                    "2d_k2_tiles": Case(2, 40, 70, (6, 10), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
+                    "2d_k2_pixel_tiles": Case(1, 16, 8, (10, 26), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
+                    "2d_3x2_no_bias": Case(1, 8, 5, (4, 6), (3, 2), (3, 2), (0, 0), (0, 0), (1, 1), bias=False)}
 # The widest last kernel extent the CUDA GEMM path takes (tap_shuffle::kMaxLastTaps in csrc/cuda/tap_shuffle.cuh).
 MAX_GEMM_LAST_TAPS = 8
 
@@ -256,12 +262,23 @@ def test_kernel_equal_to_stride_matches_aten(device, name, layout, dtype):
 
 
 def uses_gemm(kernels: set[str]) -> bool:
-    """Whether the profiled kernels are the GEMM path's (a cuBLAS GEMM and the tap shuffle, no implicit-GEMM
-    kernel)."""
+    """Whether the profiled kernels are the GEMM path's (a cuBLAS GEMM and the tap shuffle, or the fused k_h x 2
+    TF32 kernel; no implicit-GEMM kernel)."""
     implicit_gemm = any("convops::cuda::conv_transpose_kernel<" in k for k in kernels)
     cublas = any("gemm" in k.lower() or "nvjet" in k for k in kernels)
     shuffle = any("tap_shuffle_kernel<" in k for k in kernels)
-    return cublas and shuffle and not implicit_gemm
+    return (uses_k2_kernel(kernels) or (cublas and shuffle)) and not implicit_gemm
+
+
+def uses_k2_kernel(kernels: set[str]) -> bool:
+    return any("conv_transpose_k2_gemm_kernel<" in k for k in kernels)
+
+
+def takes_k2_kernel(case: Case, tf32: bool) -> bool:
+    """Where the GEMM path runs, whether it is the fused k_h x 2 TF32 kernel (conv_transpose_k2_gemm_applies in
+    csrc/cuda/conv_transpose_k2_gemm.cuh): 2-D, TF32, a last kernel extent of 2, W even, H W a multiple of 4."""
+    return (tf32 and case.dims == 2 and case.kernel[-1] == 2 and case.spatial[-1] % 2 == 0
+            and math.prod(case.spatial) % 4 == 0)
 
 
 @pytest.mark.cuda
@@ -282,10 +299,13 @@ def test_cuda_kernel_equal_to_stride_runs_as_a_gemm(name, layout, dtype, tf32):
         check_against_aten(case, dtype, "cuda", layout, tf32)
     fits = case.kernel[-1] <= MAX_GEMM_LAST_TAPS
     assert uses_gemm(ran) == (layout == "contiguous" and fits), ran
-    # TF32 takes pixel-major products where an image has fewer pixels than C_out taps (conv_transpose_gemm.cuh).
+    # TF32 runs k_h x 2 kernels on even widths as one fused kernel (conv_transpose_k2_gemm.cuh), and otherwise takes
+    # pixel-major products where an image has fewer pixels than C_out taps (conv_transpose_gemm.cuh).
+    fused = takes_k2_kernel(case, tf32)
+    assert uses_k2_kernel(ran) == (uses_gemm(ran) and fused), ran
     few_pixels = math.prod(case.spatial) < case.out_channels * math.prod(case.kernel)
     pixel_major = any("pixel_major_tap_shuffle_kernel<" in k for k in ran)
-    assert pixel_major == (uses_gemm(ran) and tf32 and few_pixels), ran
+    assert pixel_major == (uses_gemm(ran) and tf32 and few_pixels and not fused), ran
 
 
 @pytest.mark.cuda
@@ -356,6 +376,27 @@ def test_kernel_equal_to_stride_keeps_nonfinite_values_where_aten_has_them(devic
         assert mask(expected).any() and torch.equal(mask(y.cpu()), mask(expected)), mask
     finite = torch.isfinite(expected)
     assert_close(y.cpu()[finite], expected[finite], dtype)
+
+
+@pytest.mark.cuda
+def test_cuda_k2_kernel_keeps_nonfinite_values_where_aten_has_them():
+    """The fused k_h x 2 TF32 kernel: an Inf or NaN tap reaches its own output pixels only, and a zero input meeting
+    an Inf tap gives NaN there, as in float64 ATen (of TF32-rounded operands)."""
+    case = Case(3, 5, 7, (8, 12), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1))
+    x, w, b = case.tensors(torch.float32, "cuda")
+    with torch.no_grad():
+        w[1, 2, 0, 1], w[3, 4, 1, 1], w[0, 0, 1, 0] = float("inf"), float("-inf"), float("nan")
+        x[0, 1, 2, 3], x[1, 3, 0, 0], x[2, 2, 4, 5] = 0.0, 0.0, float("inf")
+    with allow_tf32(True):
+        ran = cuda_kernels_run(lambda: OPS[2][0](x, w, b, **case.params()))
+        y = OPS[2][0](x, w, b, **case.params()).cpu()
+    assert uses_k2_kernel(ran), ran
+    expected = reference(lambda x, w: F.conv_transpose2d(x, w, b.detach().cpu().double(), **case.params()), x, w,
+                         tf32_inputs=True)
+    for mask in (torch.isnan, torch.isposinf, torch.isneginf):
+        assert mask(expected).any() and torch.equal(mask(y), mask(expected)), mask
+    finite = torch.isfinite(expected)
+    assert_close(y[finite], expected[finite], torch.float32, **tf32_accumulation_tolerance(case, True))
 
 
 @pytest.mark.parametrize("device", DEVICES)

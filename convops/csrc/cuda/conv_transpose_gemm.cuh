@@ -15,6 +15,7 @@
 
 #include "common/precision.h"
 #include "conv_transpose.h"
+#include "cuda/conv_transpose_k2_gemm.cuh"
 #include "cuda/convolution_gemm.cuh"
 #include "cuda/tap_shuffle.cuh"
 
@@ -58,10 +59,13 @@ inline void conv_transpose_as_gemm(const at::Tensor& input, const at::Tensor& we
   const int64_t sd = args.spatial_dims, n = input.size(0), c_in = input.size(1), c_out = weight.size(1);
   const at::IntArrayRef in_size = input.sizes().slice(2), kernel = weight.sizes().slice(2);
   const int64_t taps = c10::multiply_integers(kernel), pixels = c10::multiply_integers(in_size);
+  const bool tf32 = conv_allows_tf32(input);
+  if (conv_transpose_k2_gemm_applies(input, weight, output, args, tf32)) {
+    return conv_transpose_k2_gemm(input, weight, bias, output);  // one kernel, products never stored
+  }
   // W'[(co, taps), ci] = weight[ci, co, taps]: the transpose of the (contiguous) weight viewed as C_in x (C_out
   // taps), which the GEMM passes to cuBLAS as a transpose flag (TF32 rounds a row-major copy of it instead).
   const at::Tensor w = weight.contiguous().view({c_in, c_out * taps}).t();
-  const bool tf32 = conv_allows_tf32(input);
   // cuBLAS's TF32 GEMM in the channel-major orientation ran at half speed where an image has fewer pixels than
   // product channels (UNet c1024 -> 512 at 16x16, 256 pixels against 2048 products a pixel: 60.4 us against 33.1
   // for the pixel-major one, H200, 2026-11-27 13:03 UTC, .ab/orient_probe.py), and within 8% either way on the
