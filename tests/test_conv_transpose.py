@@ -229,7 +229,8 @@ def test_nonfinite_weights_propagate_as_in_aten(device, dims, layout, dtype, tf3
 # transposing shuffle: tiles of 32 pixels (one part-filled, or two across rows) and of 64 / taps channels (the last
 # one part-filled), last kernel extents 2 and 3 (the tile's row pitch follows k_w), 2-D and 3-D. The "k2" and "3x2"
 # cases (and "wide", "long_rows") are what TF32 runs as one fused kernel (k_h x 2, W even, H W a multiple of 4): a
-# C_in that ends in a part stage (40 = 32 + 8), output row families past whole tiles (140 of 192), pixel tiles of
+# C_in that ends in a part stage (40 = 32 + 8), three stages (72: each shared stage refilled), output row families
+# past whole tiles (140 of 192; 90 with a channel's k_h = 3 rows split across two 128-row tiles), pixel tiles of
 # 128 past a row and part-filled, k_h = 3, no bias.
 KERNEL_IS_STRIDE = {"2d": Case(3, 5, 7, (9, 13), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_3x1_no_bias": Case(2, 6, 3, (5, 4), (3, 1), (3, 1), (0, 0), (0, 0), (1, 1), bias=False),
@@ -248,7 +249,8 @@ KERNEL_IS_STRIDE = {"2d": Case(3, 5, 7, (9, 13), (2, 2), (2, 2), (0, 0), (0, 0),
                     "3d_few_pixels": Case(2, 4, 9, (2, 3, 3), (2, 2, 2), (2, 2, 2), (0,) * 3, (0,) * 3, (1,) * 3),
                     "2d_k2_tiles": Case(2, 40, 70, (6, 10), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_k2_pixel_tiles": Case(1, 16, 8, (10, 26), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
-                    "2d_3x2_no_bias": Case(1, 8, 5, (4, 6), (3, 2), (3, 2), (0, 0), (0, 0), (1, 1), bias=False)}
+                    "2d_3x2_no_bias": Case(1, 8, 5, (4, 6), (3, 2), (3, 2), (0, 0), (0, 0), (1, 1), bias=False),
+                    "2d_3x2_deep": Case(2, 72, 30, (4, 8), (3, 2), (3, 2), (0, 0), (0, 0), (1, 1))}
 # The widest last kernel extent the CUDA GEMM path takes (tap_shuffle::kMaxLastTaps in csrc/cuda/tap_shuffle.cuh).
 MAX_GEMM_LAST_TAPS = 8
 

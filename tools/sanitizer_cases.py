@@ -141,10 +141,10 @@ def cases():
             yield (f"conv_transpose2d kernel = stride {kernel} rows of 16 {tag}",
                    lambda wv=wv, kernel=kernel: torch.ops.convops.conv_transpose2d(xw, wv, bk, kernel, 0, 0, 1, 1),
                    lambda wv=wv, kernel=kernel: F.conv_transpose2d(xw, wv, bk, kernel, 0, 0, 1, 1), tol[dtype])
-        # TF32's fused k_h x 2 kernel over several tiles: C_in 40 (a part stage), 70 x 2 output row families (past
-        # a whole 128-row tile), 260 pixels (three pixel tiles, the last part-filled).
+        # TF32's fused k_h x 2 kernel over several tiles: C_in 72 (three stages, the last a part one), 70 x 2
+        # output row families (past a whole 128-row tile), 260 pixels (three pixel tiles, the last part-filled).
         if layout == "contiguous" and dtype == torch.float32:
-            xk, wk2, bk2 = rand(2, 40, 10, 26, dtype=dtype), rand(40, 70, 2, 2, dtype=dtype), rand(70, dtype=dtype)
+            xk, wk2, bk2 = rand(2, 72, 10, 26, dtype=dtype), rand(72, 70, 2, 2, dtype=dtype), rand(70, dtype=dtype)
             yield (f"conv_transpose2d kernel = stride 2 fused tiles {tag}",
                    lambda: torch.ops.convops.conv_transpose2d(xk, wk2, bk2, 2, 0, 0, 1, 1),
                    lambda: F.conv_transpose2d(xk, wk2, bk2, 2, 0, 0, 1, 1), tol[dtype])
