@@ -227,7 +227,8 @@ def test_nonfinite_weights_propagate_as_in_aten(device, dims, layout, dtype, tf3
 # in), 3, 5 and 8 (interleaved at run time, 2-D and 3-D) and 9 (past the shuffle: the implicit-GEMM kernel). The
 # "few_pixels" cases have fewer pixels an image than C_out taps, where TF32 takes pixel-major products and the
 # transposing shuffle: tiles of 32 pixels (one part-filled, or two across rows) and of 64 / taps channels (the last
-# one part-filled), last kernel extents 2 and 3 (the tile's row pitch follows k_w), 2-D and 3-D.
+# one part-filled), last kernel extents 1, 2 and 3 (the tile's row pitch follows k_w), 2-D and 3-D, with and without
+# a bias, and 40 input channels (the TF32 weight's transposing rounding over more than one 32-wide tile).
 KERNEL_IS_STRIDE = {"2d": Case(3, 5, 7, (9, 13), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_3x1_no_bias": Case(2, 6, 3, (5, 4), (3, 1), (3, 1), (0, 0), (0, 0), (1, 1), bias=False),
                     "2d_wide": Case(2, 6, 5, (3, 16), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
@@ -242,9 +243,14 @@ KERNEL_IS_STRIDE = {"2d": Case(3, 5, 7, (9, 13), (2, 2), (2, 2), (0, 0), (0, 0),
                     "2d_few_pixels": Case(2, 8, 24, (3, 5), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_few_pixels_rows": Case(1, 4, 40, (5, 9), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_few_pixels_1x3": Case(2, 4, 11, (2, 7), (1, 3), (1, 3), (0, 0), (0, 0), (1, 1)),
-                    "3d_few_pixels": Case(2, 4, 9, (2, 3, 3), (2, 2, 2), (2, 2, 2), (0,) * 3, (0,) * 3, (1,) * 3)}
-# The widest last kernel extent the CUDA GEMM path takes (tap_shuffle::kMaxLastTaps in csrc/cuda/tap_shuffle.cuh).
+                    "3d_few_pixels": Case(2, 4, 9, (2, 3, 3), (2, 2, 2), (2, 2, 2), (0,) * 3, (0,) * 3, (1,) * 3),
+                    "2d_few_pixels_3x1_no_bias": Case(2, 4, 12, (2, 5), (3, 1), (3, 1), (0, 0), (0, 0), (1, 1),
+                                                      bias=False),
+                    "2d_few_pixels_40_in": Case(1, 40, 24, (3, 5), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1))}
+# The widest last kernel extent the CUDA GEMM path takes (tap_shuffle::kMaxLastTaps in csrc/cuda/tap_shuffle.cuh),
+# and the most taps its pixel-major shuffle takes (tap_shuffle::kMaxPixelMajorTaps).
 MAX_GEMM_LAST_TAPS = 8
+MAX_PIXEL_MAJOR_TAPS = 64
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -283,7 +289,8 @@ def test_cuda_kernel_equal_to_stride_runs_as_a_gemm(name, layout, dtype, tf32):
     fits = case.kernel[-1] <= MAX_GEMM_LAST_TAPS
     assert uses_gemm(ran) == (layout == "contiguous" and fits), ran
     # TF32 takes pixel-major products where an image has fewer pixels than C_out taps (conv_transpose_gemm.cuh).
-    few_pixels = math.prod(case.spatial) < case.out_channels * math.prod(case.kernel)
+    taps = math.prod(case.kernel)
+    few_pixels = math.prod(case.spatial) < case.out_channels * taps and taps <= MAX_PIXEL_MAJOR_TAPS
     pixel_major = any("pixel_major_tap_shuffle_kernel<" in k for k in ran)
     assert pixel_major == (uses_gemm(ran) and tf32 and few_pixels), ran
 

@@ -174,7 +174,8 @@ __global__ void __launch_bounds__(kThreads) pixel_major_tap_shuffle_kernel(const
                                                                            PixelMajorShape s) {
   // Row pitch == k_w (mod 32 words): a warp's outputs of one (channel, a, b) row read tile words px * pitch + t, and
   // px * k_w + t runs over 32 consecutive words (for KW = 2, 16 lanes' 8-byte reads a phase, 32 distinct banks).
-  constexpr int kMaxPitch = kTileColumns + 31;
+  static_assert(kMaxLastTaps < 32, "the pitch below is kTileColumns + k_w");
+  constexpr int kMaxPitch = kTileColumns + kMaxLastTaps;
   constexpr int kLoads = kTilePixels * kTileColumns / kThreads;  // a thread's elements of a tile
   __shared__ alignas(16) scalar_t tile[kTilePixels * kMaxPitch];
   __shared__ int64_t pixel_offset[kTilePixels];  // a tile pixel's output element for channel 0, tap (0, 0, 0)
@@ -237,6 +238,20 @@ __global__ void __launch_bounds__(kThreads) pixel_major_tap_shuffle_kernel(const
   }
 }
 
+// The pixel-major shuffle's tiles along the pixels and along the channels of an image.
+struct PixelMajorTiles {
+  int64_t pixel_tiles, channel_tiles;
+};
+
+inline PixelMajorTiles pixel_major_tiles(int64_t pixels, int64_t channels, int64_t taps) {
+  return {ceil_div<int64_t>(pixels, kTilePixels), ceil_div<int64_t>(channels, kTileColumns / taps)};
+}
+
+// A bias as the shuffles read it: contiguous, or none.
+inline std::optional<at::Tensor> contiguous_bias(const std::optional<at::Tensor>& bias) {
+  return bias.has_value() && bias->defined() ? std::optional<at::Tensor>(bias->contiguous()) : std::nullopt;
+}
+
 }  // namespace tap_shuffle
 
 // output (N, C_out, D k_d, H k_h, W k_w) = products (N, C_out, k_d, k_h, k_w, D, H, W) interleaved, plus bias (C_out)
@@ -259,8 +274,7 @@ inline void shuffle_taps_add_bias(const at::Tensor& products, const std::optiona
   s.plane = in_size[0] * in_size[1] * in_size[2];
   s.rows = output.size(0) * output.size(1) * s.out_depth * s.out_height;
   if (s.rows == 0 || s.width == 0) return;
-  const std::optional<at::Tensor> bias_c =
-      bias.has_value() && bias->defined() ? std::optional<at::Tensor>(bias->contiguous()) : std::nullopt;
+  const std::optional<at::Tensor> bias_c = tap_shuffle::contiguous_bias(bias);
   switch (output.scalar_type()) {
     case at::kFloat: return tap_shuffle::launch_for_dtype<float>(products, bias_c, output, s);
     case at::kDouble: return tap_shuffle::launch_for_dtype<double>(products, bias_c, output, s);
@@ -273,13 +287,13 @@ inline void shuffle_taps_add_bias(const at::Tensor& products, const std::optiona
 // The pixel-major shuffle's blocks (one a tile) for N images of `pixels` pixels and C_out `channels` of `taps` taps:
 // at most INT_MAX for it to run (conv_transpose_gemm.cuh checks).
 inline int64_t pixel_major_shuffle_tiles(int64_t images, int64_t pixels, int64_t channels, int64_t taps) {
-  const int64_t tile_channels = tap_shuffle::kTileColumns / taps;
-  return images * ((pixels + tap_shuffle::kTilePixels - 1) / tap_shuffle::kTilePixels) *
-         ((channels + tile_channels - 1) / tile_channels);
+  const tap_shuffle::PixelMajorTiles t = tap_shuffle::pixel_major_tiles(pixels, channels, taps);
+  return images * t.pixel_tiles * t.channel_tiles;
 }
 
 // output (N, C_out, D k_d, H k_h, W k_w) from pixel-major products (N, D, H, W, C_out, k_d, k_h, k_w) plus bias
-// (C_out); fp32, dense; prod(kernel) <= tap_shuffle::kMaxPixelMajorTaps, 2-D as k_d = D = 1.
+// (C_out); fp32, dense; prod(kernel) <= tap_shuffle::kMaxPixelMajorTaps and k_w <= tap_shuffle::kMaxLastTaps, 2-D
+// as k_d = D = 1.
 inline void shuffle_pixel_major_taps_add_bias(const at::Tensor& products, const std::optional<at::Tensor>& bias,
                                               const at::Tensor& output, std::array<int64_t, 3> kernel,
                                               std::array<int64_t, 3> in_size) {
@@ -290,7 +304,7 @@ inline void shuffle_pixel_major_taps_add_bias(const at::Tensor& products, const 
   s.k_h = static_cast<int>(kernel[1]);
   s.k_w = static_cast<int>(kernel[2]);
   s.taps = s.k_d * s.k_h * s.k_w;
-  TORCH_INTERNAL_ASSERT(s.taps <= tap_shuffle::kMaxPixelMajorTaps);
+  TORCH_INTERNAL_ASSERT(s.taps <= tap_shuffle::kMaxPixelMajorTaps && s.k_w <= tap_shuffle::kMaxLastTaps);
   s.tile_channels = tap_shuffle::kTileColumns / s.taps;
   s.channels = static_cast<int>(output.size(1));
   s.height = in_size[1];
@@ -302,10 +316,10 @@ inline void shuffle_pixel_major_taps_add_bias(const at::Tensor& products, const 
   if (output.numel() == 0) return;
   const int64_t tiles = pixel_major_shuffle_tiles(output.size(0), s.pixels, s.channels, s.taps);
   TORCH_INTERNAL_ASSERT(tiles <= std::numeric_limits<int>::max());
-  s.pixel_tiles = static_cast<unsigned>((s.pixels + tap_shuffle::kTilePixels - 1) / tap_shuffle::kTilePixels);
-  s.channel_tiles = static_cast<unsigned>((s.channels + s.tile_channels - 1) / s.tile_channels);
-  const std::optional<at::Tensor> bias_c =
-      bias.has_value() && bias->defined() ? std::optional<at::Tensor>(bias->contiguous()) : std::nullopt;
+  const tap_shuffle::PixelMajorTiles t = tap_shuffle::pixel_major_tiles(s.pixels, s.channels, s.taps);
+  s.pixel_tiles = static_cast<unsigned>(t.pixel_tiles);
+  s.channel_tiles = static_cast<unsigned>(t.channel_tiles);
+  const std::optional<at::Tensor> bias_c = tap_shuffle::contiguous_bias(bias);
   const auto kernel_for = s.k_w == 2 && reinterpret_cast<uintptr_t>(output.const_data_ptr()) % 8 == 0
                               ? tap_shuffle::pixel_major_tap_shuffle_kernel<float, 2>
                               : tap_shuffle::pixel_major_tap_shuffle_kernel<float, 0>;
