@@ -227,11 +227,13 @@ def test_nonfinite_weights_propagate_as_in_aten(device, dims, layout, dtype, tf3
 # in), 3, 5 and 8 (interleaved at run time, 2-D and 3-D) and 9 (past the shuffle: the implicit-GEMM kernel). The
 # "few_pixels" cases have fewer pixels an image than C_out taps, where TF32 takes pixel-major products and the
 # transposing shuffle: tiles of 32 pixels (one part-filled, or two across rows) and of 64 / taps channels (the last
-# one part-filled), last kernel extents 2 and 3 (the tile's row pitch follows k_w), 2-D and 3-D. The "k2" and "3x2"
-# cases (and "wide", "long_rows") are what TF32 runs as one fused kernel (k_h x 2, W even, H W a multiple of 4): a
-# C_in that ends in a part stage (40 = 32 + 8), three stages (72: each shared stage refilled), output row families
-# past whole tiles (140 of 192; 90 with a channel's k_h = 3 rows split across two 128-row tiles), pixel tiles of
-# 128 past a row and part-filled, k_h = 3, no bias.
+# one part-filled), last kernel extents 1, 2 and 3 (the tile's row pitch follows k_w), 2-D and 3-D, with and without
+# a bias, and 40 input channels (the TF32 weight's transposing rounding over more than one 32-wide tile). The "k2"
+# and "3x2" cases (and "wide", "long_rows") are what TF32 runs as one fused kernel (k_h x 2, W even, H W a multiple
+# of 4): a C_in that ends in a part stage (40 = 32 + 8), three stages (72) and five (136: around the three-stage
+# shared ring), output row families past whole tiles (140 of 192; 90 with a channel's k_h = 3 rows split across two
+# 128-row tiles), pixel tiles of 128 past a row and part-filled, k_h = 3, no bias; "k2_past_in_bound" has more
+# input channels than the fused kernel takes.
 KERNEL_IS_STRIDE = {"2d": Case(3, 5, 7, (9, 13), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_3x1_no_bias": Case(2, 6, 3, (5, 4), (3, 1), (3, 1), (0, 0), (0, 0), (1, 1), bias=False),
                     "2d_wide": Case(2, 6, 5, (3, 16), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
@@ -247,12 +249,21 @@ KERNEL_IS_STRIDE = {"2d": Case(3, 5, 7, (9, 13), (2, 2), (2, 2), (0, 0), (0, 0),
                     "2d_few_pixels_rows": Case(1, 4, 40, (5, 9), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_few_pixels_1x3": Case(2, 4, 11, (2, 7), (1, 3), (1, 3), (0, 0), (0, 0), (1, 1)),
                     "3d_few_pixels": Case(2, 4, 9, (2, 3, 3), (2, 2, 2), (2, 2, 2), (0,) * 3, (0,) * 3, (1,) * 3),
+                    "2d_few_pixels_3x1_no_bias": Case(2, 4, 12, (2, 5), (3, 1), (3, 1), (0, 0), (0, 0), (1, 1),
+                                                      bias=False),
+                    "2d_few_pixels_40_in": Case(1, 40, 24, (3, 5), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_k2_tiles": Case(2, 40, 70, (6, 10), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_k2_pixel_tiles": Case(1, 16, 8, (10, 26), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
                     "2d_3x2_no_bias": Case(1, 8, 5, (4, 6), (3, 2), (3, 2), (0, 0), (0, 0), (1, 1), bias=False),
-                    "2d_3x2_deep": Case(2, 72, 30, (4, 8), (3, 2), (3, 2), (0, 0), (0, 0), (1, 1))}
-# The widest last kernel extent the CUDA GEMM path takes (tap_shuffle::kMaxLastTaps in csrc/cuda/tap_shuffle.cuh).
+                    "2d_3x2_deep": Case(2, 72, 30, (4, 8), (3, 2), (3, 2), (0, 0), (0, 0), (1, 1)),
+                    "2d_k2_ring": Case(1, 136, 12, (4, 6), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),
+                    "2d_k2_past_in_bound": Case(1, 264, 6, (2, 4), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1))}
+# The widest last kernel extent the CUDA GEMM path takes (tap_shuffle::kMaxLastTaps in csrc/cuda/tap_shuffle.cuh),
+# and the most taps its pixel-major shuffle takes (tap_shuffle::kMaxPixelMajorTaps).
 MAX_GEMM_LAST_TAPS = 8
+MAX_PIXEL_MAJOR_TAPS = 64
+# The most input channels the fused k_h x 2 TF32 kernel takes (k2_gemm::kMaxInChannels).
+K2_MAX_IN_CHANNELS = 256
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -278,9 +289,10 @@ def uses_k2_kernel(kernels: set[str]) -> bool:
 
 def takes_k2_kernel(case: Case, tf32: bool) -> bool:
     """Where the GEMM path runs, whether it is the fused k_h x 2 TF32 kernel (conv_transpose_k2_gemm_applies in
-    csrc/cuda/conv_transpose_k2_gemm.cuh): 2-D, TF32, a last kernel extent of 2, W even, H W a multiple of 4."""
-    return (tf32 and case.dims == 2 and case.kernel[-1] == 2 and case.spatial[-1] % 2 == 0
-            and math.prod(case.spatial) % 4 == 0)
+    csrc/cuda/conv_transpose_k2_gemm.cuh): 2-D, TF32, a last kernel extent of 2, C_in up to K2_MAX_IN_CHANNELS,
+    W even, H W a multiple of 4."""
+    return (tf32 and case.dims == 2 and case.kernel[-1] == 2 and case.in_channels <= K2_MAX_IN_CHANNELS
+            and case.spatial[-1] % 2 == 0 and math.prod(case.spatial) % 4 == 0)
 
 
 @pytest.mark.cuda
@@ -305,7 +317,8 @@ def test_cuda_kernel_equal_to_stride_runs_as_a_gemm(name, layout, dtype, tf32):
     # pixel-major products where an image has fewer pixels than C_out taps (conv_transpose_gemm.cuh).
     fused = takes_k2_kernel(case, tf32)
     assert uses_k2_kernel(ran) == (uses_gemm(ran) and fused), ran
-    few_pixels = math.prod(case.spatial) < case.out_channels * math.prod(case.kernel)
+    taps = math.prod(case.kernel)
+    few_pixels = math.prod(case.spatial) < case.out_channels * taps and taps <= MAX_PIXEL_MAJOR_TAPS
     pixel_major = any("pixel_major_tap_shuffle_kernel<" in k for k in ran)
     assert pixel_major == (uses_gemm(ran) and tf32 and few_pixels and not fused), ran
 

@@ -71,7 +71,8 @@ inline void conv_transpose_as_gemm(const at::Tensor& input, const at::Tensor& we
   // for the pixel-major one, H200, 2026-11-27 13:03 UTC, .ab/orient_probe.py), and within 8% either way on the
   // wider UNet layers; strict fp32 pixel-major was 4-20% slower on all four, bf16 the same either way. So TF32 takes
   // the pixel-major products there, and the transposing shuffle.
-  const bool pixel_major = tf32 && pixels < c_out * taps && taps <= tap_shuffle::kMaxPixelMajorTaps;
+  const bool pixel_major = tf32 && pixels < c_out * taps && taps <= tap_shuffle::kMaxPixelMajorTaps &&
+                           pixel_major_shuffle_tiles(n, pixels, c_out, taps) <= std::numeric_limits<int>::max();
   const at::Tensor products =  // (N, C_out taps, pixels), or pixel-major (N, pixels, C_out taps)
       batched_convolution_gemm(w, input.view({n, c_in, pixels}), tf32,
                                pixel_major ? ProductLayout::kPixelMajor : ProductLayout::kChannelMajor)

@@ -15,10 +15,16 @@
 // contiguous slice of the weight's row of its 64 families, which the kernel could copy and round as it does the
 // input, with a 64-bit load for a lane's two taps).
 //
-// Tiles: 128 rows of W' x 128 pixels x 32 of K a stage, two stages in flight by cp.async; 8 warps of 64 x 32
+// Tiles: 128 rows of W' x 128 pixels x 32 of K a stage, a ring of stages filled by cp.async; 8 warps of 64 x 32
 // (4 x 4 m16n8 tiles). Both shared tiles are [k][row or pixel] with a pitch of 136 words (8 mod 32), so the
-// fragment loads (lanes t along k, g along rows) fall on 32 distinct banks. The input stage is rounded to TF32 in
-// shared memory by the threads that copied it, before the barrier that hands it over.
+// fragment loads (lanes t along k, g along rows) fall on 32 distinct banks. The input fragments are rounded to TF32
+// in registers as they are loaded: shared memory bandwidth is what bounds this loop (a k8 step of a warp loads 24
+// wavefronts for 16 mma), and rounding the stage in place in shared memory had added a read and a write of it.
+//
+// Where it pays: the kernel's mma.sync GEMM runs at about a third of cuBLAS's TF32 rate, and what it saves is the
+// products' round trip, which grows with the output and not with C_in. On UNet's k2 s2 layers (H200, 2026-11-27,
+// kernel and weight preparation against cuBLAS GEMM + tap shuffle): C_in 128 105 against 178 us, 256 86 against
+// 106, 512 79 against 74, 1024 81 against 79. So it takes C_in up to kMaxInChannels.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -45,8 +51,8 @@ constexpr int kDepth = 32;    // K a stage
 constexpr int kThreads = 256;
 constexpr int kPitch = 136;  // words a shared tile row (both tiles): 8 mod 32
 constexpr int kTileWords = kDepth * kPitch;
-constexpr int kStages = 2;
-constexpr int kSharedBytes = kStages * 2 * kTileWords * 4;
+constexpr int kMaxInChannels = 256;  // see "Where it pays" above
+constexpr int shared_bytes(int stages) { return stages * 2 * kTileWords * 4; }
 constexpr int kChunksPerRow = kRows / 4;                        // 16-byte copies a tile row (kRows == kPixels)
 constexpr int kChunksPerThread = kDepth * kChunksPerRow / kThreads;  // of each tile, a stage
 static_assert(kRows == kPixels && kDepth * kChunksPerRow % kThreads == 0, "one copy plan serves both tiles");
@@ -77,9 +83,10 @@ __global__ void __launch_bounds__(kThreads) prepare_weight_kernel(const T* __res
   }
 }
 
-template <typename T>  // float
-__global__ void __launch_bounds__(kThreads, 2) conv_transpose_k2_gemm_kernel(Params p) {  // 2 blocks an SM
+template <typename T, int Stages>  // float; 2 blocks an SM at 3 stages (2 x 104 KB of shared memory)
+__global__ void __launch_bounds__(kThreads, 2) conv_transpose_k2_gemm_kernel(Params p) {
   static_assert(sizeof(T) == 4, "TF32 operands");
+  static_assert(Stages >= 2, "a stage in flight while one is read");
   extern __shared__ __align__(16) float smem[];
   const int64_t m0 = int64_t{blockIdx.y} * kRows, p0 = int64_t{blockIdx.x} * kPixels, n = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -100,29 +107,20 @@ __global__ void __launch_bounds__(kThreads, 2) conv_transpose_k2_gemm_kernel(Par
       cp_async_zfill<16>(x_tile(stage) + row * kPitch + col, x + (x_in ? (k0 + row) * p.pixels + p0 + col : 0), x_in);
     }
   };
-  // The input chunks this thread copied, rounded to TF32 in place (W' comes rounded).
-  const auto round_stage = [&](int stage) {
-#pragma unroll
-    for (int i = 0; i < kChunksPerThread; ++i) {
-      const int c = threadIdx.x + i * kThreads, row = c / kChunksPerRow, col = c % kChunksPerRow * 4;
-      float4* v = reinterpret_cast<float4*>(x_tile(stage) + row * kPitch + col);
-      float4 f = *v;
-      f = make_float4(round_tf32(f.x), round_tf32(f.y), round_tf32(f.z), round_tf32(f.w));
-      *v = f;
-    }
-  };
-
   float acc[4][4][4] = {};  // [m16 tile][n8 tile][fragment]
   const int64_t k_stages = (p.k + kDepth - 1) / kDepth;
-  load_stage(0, 0);
-  cp_async_commit();
+#pragma unroll
+  for (int s = 0; s < Stages - 1; ++s) {
+    if (s < k_stages) load_stage(s, int64_t{s} * kDepth);
+    cp_async_commit();  // possibly empty: the waits count groups
+  }
   for (int64_t s = 0; s < k_stages; ++s) {
-    const int stage = static_cast<int>(s % kStages);
-    if (s + 1 < k_stages) load_stage(stage ^ 1, (s + 1) * kDepth);
-    cp_async_commit();  // possibly empty: the wait below counts groups
-    cp_async_wait<1>();
-    round_stage(stage);
-    __syncthreads();
+    const int stage = static_cast<int>(s % Stages);
+    cp_async_wait<Stages - 2>();  // this thread's copies of stage s have landed
+    __syncthreads();  // everyone's have, and everyone is done reading stage s - 1, refilled next
+    const int64_t next = s + Stages - 1;
+    if (next < k_stages) load_stage(static_cast<int>(next % Stages), next * kDepth);
+    cp_async_commit();
     const uint32_t* wt = reinterpret_cast<const uint32_t*>(w_tile(stage));
     const uint32_t* xt = reinterpret_cast<const uint32_t*>(x_tile(stage));
 #pragma unroll
@@ -139,8 +137,8 @@ __global__ void __launch_bounds__(kThreads, 2) conv_transpose_k2_gemm_kernel(Par
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int c = warp_n + nt * 8 + g;
-        b[nt][0] = xt[(kk + t) * kPitch + c];
-        b[nt][1] = xt[(kk + t + 4) * kPitch + c];
+        b[nt][0] = __float_as_uint(round_tf32(__uint_as_float(xt[(kk + t) * kPitch + c])));
+        b[nt][1] = __float_as_uint(round_tf32(__uint_as_float(xt[(kk + t + 4) * kPitch + c])));
       }
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt) {
@@ -148,7 +146,6 @@ __global__ void __launch_bounds__(kThreads, 2) conv_transpose_k2_gemm_kernel(Par
         for (int nt = 0; nt < 4; ++nt) mma_m16n8k8_tf32(acc[mt][nt], a[mt], b[nt]);
       }
     }
-    __syncthreads();  // the stage is overwritten by the copies issued next iteration
   }
 
   // Epilogue: fragment (g, 2t .. 2t + 1) and (g + 8, ...) of tile (mt, nt) = family q, taps b = 0 / 1, pixels
@@ -174,22 +171,35 @@ __global__ void __launch_bounds__(kThreads, 2) conv_transpose_k2_gemm_kernel(Par
 
 }  // namespace k2_gemm
 
-// CONVOPS_K2_GEMM=0 turns this kernel off (the cuBLAS GEMM and tap shuffle run instead), for A/B timing; read once.
-inline bool conv_transpose_k2_gemm_enabled() {
-  static const bool enabled = [] {
+// For A/B timing, read once: CONVOPS_K2_GEMM=0 turns this kernel off (the cuBLAS GEMM and tap shuffle run
+// instead), CONVOPS_K2_GEMM=all lifts its C_in bound.
+enum class K2GemmSetting { kOff, kOn, kAnyInChannels };
+inline K2GemmSetting conv_transpose_k2_gemm_setting() {
+  static const K2GemmSetting setting = [] {
     const char* env = std::getenv("CONVOPS_K2_GEMM");
-    return env == nullptr || std::string(env) != "0";
+    const std::string value = env == nullptr ? "" : env;
+    return value == "0" ? K2GemmSetting::kOff : value == "all" ? K2GemmSetting::kAnyInChannels : K2GemmSetting::kOn;
   }();
-  return enabled;
+  return setting;
+}
+
+// The pipeline's depth, 3 stages unless CONVOPS_K2_STAGES=2 (for A/B timing); read once.
+inline int conv_transpose_k2_gemm_stages() {
+  static const int stages = [] {
+    const char* env = std::getenv("CONVOPS_K2_STAGES");
+    return env != nullptr && std::string(env) == "2" ? 2 : 3;
+  }();
+  return stages;
 }
 
 // Whether conv_transpose_k2_gemm serves this problem (conv_transpose_gemm_applies holds for it): 2-D, fp32 with
-// TF32 allowed, a k_h x 2 kernel, W even and H W a multiple of 4 (whole 16-byte copies and pixel pairs in one row),
+// TF32 allowed, a k_h x 2 kernel, C_in up to kMaxInChannels, W even and H W a multiple of 4 (whole 16-byte copies and pixel pairs in one row),
 // 16-byte aligned input and output, grid extents within CUDA's.
 inline bool conv_transpose_k2_gemm_applies(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
                                            const ConvTransposeArgs& args, bool tf32) {
-  if (!conv_transpose_k2_gemm_enabled() || !tf32 || args.spatial_dims != 2 || input.scalar_type() != at::kFloat ||
-      weight.size(-1) != 2) {
+  const K2GemmSetting setting = conv_transpose_k2_gemm_setting();
+  if (setting == K2GemmSetting::kOff || !tf32 || args.spatial_dims != 2 || input.scalar_type() != at::kFloat ||
+      weight.size(-1) != 2 || (input.size(1) > k2_gemm::kMaxInChannels && setting != K2GemmSetting::kAnyInChannels)) {
     return false;
   }
   const int64_t w = input.size(3), pixels = input.size(2) * w;
@@ -235,12 +245,18 @@ inline void conv_transpose_k2_gemm(const at::Tensor& input, const at::Tensor& we
   p.input = input.const_data_ptr<float>();
   p.bias = bias_c.defined() ? bias_c.const_data_ptr<float>() : nullptr;
   p.out = output.mutable_data_ptr<float>();
-  const auto kernel = k2_gemm::conv_transpose_k2_gemm_kernel<float>;
-  allow_dynamic_shared_memory(kernel, k2_gemm::kSharedBytes);
   const dim3 grid(static_cast<unsigned>((p.pixels + k2_gemm::kPixels - 1) / k2_gemm::kPixels),
                   static_cast<unsigned>(p.m_rows / k2_gemm::kRows), static_cast<unsigned>(input.size(0)));
-  kernel<<<grid, k2_gemm::kThreads, k2_gemm::kSharedBytes, stream>>>(p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const auto launch = [&](auto kernel, int shared_bytes) {
+    allow_dynamic_shared_memory(kernel, shared_bytes);
+    kernel<<<grid, k2_gemm::kThreads, shared_bytes, stream>>>(p);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  if (conv_transpose_k2_gemm_stages() == 2) {
+    launch(k2_gemm::conv_transpose_k2_gemm_kernel<float, 2>, k2_gemm::shared_bytes(2));
+  } else {
+    launch(k2_gemm::conv_transpose_k2_gemm_kernel<float, 3>, k2_gemm::shared_bytes(3));
+  }
 }
 
 }  // namespace cuda

@@ -45,10 +45,11 @@ at::Tensor rounded_to_tf32(const at::Tensor& x) {
   at::Tensor out = at::empty_like(x, at::MemoryFormat::Contiguous);
   const int64_t n = x.numel();
   if (n == 0) return out;
-  const int64_t blocks = std::min<int64_t>((n / 4 + kThreads - 1) / kThreads + 1, int64_t{multiprocessor_count()} * 16);
+  const int64_t blocks = std::min<int64_t>(ceil_div<int64_t>(n / 4, kThreads) + 1, int64_t{multiprocessor_count()} * 16);
+  const bool vectorize = reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(out.const_data_ptr()) % 16 == 0;
   round_to_tf32_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-      x.const_data_ptr<float>(), out.mutable_data_ptr<float>(), n,
-      reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(out.const_data_ptr()) % 16 == 0);
+      x.const_data_ptr<float>(), out.mutable_data_ptr<float>(), n, vectorize);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }
@@ -77,7 +78,7 @@ at::Tensor rounded_to_tf32_row_major(const at::Tensor& a) {
   if (a.is_contiguous()) return rounded_to_tf32(a);
   TORCH_INTERNAL_ASSERT(a.dim() == 2 && a.t().is_contiguous() && a.scalar_type() == at::kFloat);
   const int64_t m = a.size(0), k = a.size(1);
-  const int64_t k_tiles = (k + kTransposeTile - 1) / kTransposeTile, m_tiles = (m + kTransposeTile - 1) / kTransposeTile;
+  const int64_t k_tiles = ceil_div<int64_t>(k, kTransposeTile), m_tiles = ceil_div<int64_t>(m, kTransposeTile);
   if (k_tiles > 65535) return rounded_to_tf32(a.contiguous());  // past the grid's y extent
   at::Tensor out = at::empty({m, k}, a.options());
   if (out.numel() == 0) return out;
@@ -115,9 +116,9 @@ at::Tensor batched_convolution_gemm(const at::Tensor& a, const at::Tensor& b, bo
   const int64_t batch = b.size(0), m = a.size(0), k = a.size(1), p = b.size(2);
   TORCH_INTERNAL_ASSERT(convolution_gemm_applies(batch, m, k, p) && b.size(1) == k);
   const bool pixel_major = layout == ProductLayout::kPixelMajor;
+  TORCH_INTERNAL_ASSERT(!pixel_major || tf32, "convops: convolution GEMM: pixel-major products are TF32's");
   if (!tf32 && (a.scalar_type() == at::kDouble || cublas_gemm_matches_convolution(a.scalar_type()))) {
-    // ATen passes the transposed views to cuBLAS as transpose flags, no copies.
-    return pixel_major ? at::matmul(b.mT(), a.t()).contiguous() : at::matmul(a, b);
+    return at::matmul(a, b);  // a transposed `a` reaches cuBLAS as a transpose flag
   }
   at::Tensor c = pixel_major ? at::empty({batch, p, m}, b.options()) : at::empty({batch, m, p}, b.options());
   if (c.numel() == 0) return c;
@@ -150,21 +151,20 @@ at::Tensor batched_convolution_gemm(const at::Tensor& a, const at::Tensor& b, bo
   // (P x K, leading dimension P), and a is a^T (K x M, leading dimension K), or where transposed a itself
   // (M x K, leading dimension M). a is shared by the batch: stride 0.
   const int mi = static_cast<int>(m), ki = static_cast<int>(k), pi = static_cast<int>(p);
-  const int lda = a_op_transposed ? mi : ki;
   if (pixel_major) {
-    // c[i] (M x P, leading dimension M) = a (M x K) b[i] (K x P).
+    // c[i] (M x P, leading dimension M) = a (M x K) b[i] (K x P); a_op is TF32's row-major copy.
+    TORCH_INTERNAL_ASSERT(!a_op_transposed);
     TORCH_CUDABLAS_CHECK(cublasGemmStridedBatchedEx(
-        handle, a_op_transposed ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_T, mi, pi, ki, &alpha, a_op.const_data_ptr(),
-        data_type, lda, 0LL, b_op.const_data_ptr(), data_type, pi, static_cast<long long>(k * p), &beta,
-        c.mutable_data_ptr(), data_type, mi, static_cast<long long>(m * p), static_cast<int>(batch), compute_type,
-        CUBLAS_GEMM_DEFAULT));
+        handle, CUBLAS_OP_T, CUBLAS_OP_T, mi, pi, ki, &alpha, a_op.const_data_ptr(), data_type, ki, 0LL,
+        b_op.const_data_ptr(), data_type, pi, static_cast<long long>(k * p), &beta, c.mutable_data_ptr(), data_type,
+        mi, static_cast<long long>(m * p), static_cast<int>(batch), compute_type, CUBLAS_GEMM_DEFAULT));
   } else {
     // c[i]^T (P x M, leading dimension P) = b[i]^T (P x K) a^T (K x M).
     TORCH_CUDABLAS_CHECK(cublasGemmStridedBatchedEx(
         handle, CUBLAS_OP_N, a_op_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, pi, mi, ki, &alpha, b_op.const_data_ptr(),
-        data_type, pi, static_cast<long long>(k * p), a_op.const_data_ptr(), data_type, lda, 0LL, &beta,
-        c.mutable_data_ptr(), data_type, pi, static_cast<long long>(m * p), static_cast<int>(batch), compute_type,
-        CUBLAS_GEMM_DEFAULT));
+        data_type, pi, static_cast<long long>(k * p), a_op.const_data_ptr(), data_type, a_op_transposed ? mi : ki,
+        0LL, &beta, c.mutable_data_ptr(), data_type, pi, static_cast<long long>(m * p), static_cast<int>(batch),
+        compute_type, CUBLAS_GEMM_DEFAULT));
   }
   return c;
 }

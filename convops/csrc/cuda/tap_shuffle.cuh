@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <optional>
 
 #include "cuda/device_info.h"
@@ -148,7 +149,6 @@ constexpr int kTileColumns = 64;  // the most products a pixel row of the tile h
 constexpr int kMaxPixelMajorTaps = kTileColumns;
 
 struct PixelMajorShape {
-  int64_t images;            // N
   int64_t pixels;            // D H W
   int64_t out_plane;         // D k_d H k_h W k_w
   int64_t out_height_width;  // H k_h W k_w
@@ -157,70 +157,99 @@ struct PixelMajorShape {
   int k_d, k_h, k_w, taps;
   int channels;       // C_out
   int tile_channels;  // kTileColumns / taps
+  // Tiles: images x pixel_tiles x channel_tiles, at most 2^31 - 1 (one block each).
+  unsigned pixel_tiles, channel_tiles;
 };
 
-// A template (fp32 its one instance) so that the header may be included by more than one .cu file.
-template <typename scalar_t>
+// One tile a block. A first version spent about 50 instructions an output element and lane (64-bit tile
+// arithmetic, a run-time division by k_w, scalar stores) and moved the 34 MB of UNet c1024-512 at 1.2 TB/s
+// (28.4 us, H200, 2026-11-27 13:33 UTC); a persistent grid keeping loads in flight changed nothing (28.9 us), so
+// issue, not latency, was its limit. Here: 32-bit tile arithmetic, and for KW = 2 (compiled in) a lane per pixel
+// storing its two taps as one 8-byte vector. KW = 0: s.k_w at run time, an element a lane.
+// A template so that the header may be included by more than one .cu file; fp32 its one dtype.
+template <typename scalar_t, int KW>
 __global__ void __launch_bounds__(kThreads) pixel_major_tap_shuffle_kernel(const scalar_t* __restrict__ products,
                                                                            const scalar_t* __restrict__ bias,
                                                                            scalar_t* __restrict__ out,
                                                                            PixelMajorShape s) {
-  // Row pitch == k_w (mod 32 words): a warp's 32 outputs of one (channel, a, b) row read tile words
-  // px * pitch + t with px * k_w + t = lane, so 32 distinct banks.
-  constexpr int kMaxPitch = kTileColumns + 31;
-  __shared__ scalar_t tile[kTilePixels * kMaxPitch];
+  // Row pitch == k_w (mod 32 words): a warp's outputs of one (channel, a, b) row read tile words px * pitch + t, and
+  // px * k_w + t runs over 32 consecutive words (for KW = 2, 16 lanes' 8-byte reads a phase, 32 distinct banks).
+  static_assert(kMaxLastTaps < 32, "the pitch below is kTileColumns + k_w");
+  constexpr int kMaxPitch = kTileColumns + kMaxLastTaps;
+  constexpr int kLoads = kTilePixels * kTileColumns / kThreads;  // a thread's elements of a tile
+  __shared__ alignas(16) scalar_t tile[kTilePixels * kMaxPitch];
   __shared__ int64_t pixel_offset[kTilePixels];  // a tile pixel's output element for channel 0, tap (0, 0, 0)
-  const int pitch = kTileColumns + s.k_w % 32;
+  const int k_w = KW > 0 ? KW : s.k_w;
+  const int pitch = kTileColumns + k_w % 32;
+  const unsigned channel_tile = blockIdx.x % s.channel_tiles, image_pixels = blockIdx.x / s.channel_tiles;
+  const unsigned n = image_pixels / s.pixel_tiles, pixel_tile = image_pixels - n * s.pixel_tiles;
+  const int64_t p0 = int64_t{pixel_tile} * kTilePixels, c0 = int64_t{channel_tile} * s.tile_channels;
+  const int tile_pixels = static_cast<int>(std::min<int64_t>(kTilePixels, s.pixels - p0));
+  const int tile_channels = static_cast<int>(std::min<int64_t>(s.tile_channels, s.channels - c0));
+  const int tile_columns = tile_channels * s.taps;
   const int64_t columns = int64_t{s.channels} * s.taps;
-  const int64_t channel_tiles = (s.channels + s.tile_channels - 1) / s.tile_channels;
-  const int64_t pixel_tiles = (s.pixels + kTilePixels - 1) / kTilePixels;
-  const int64_t tiles = s.images * pixel_tiles * channel_tiles;
+
+  if (threadIdx.x < tile_pixels) {
+    const int64_t p = p0 + threadIdx.x, dh = p / s.width, w = p - dh * s.width;
+    const int64_t d = dh / s.height, h = dh - d * s.height;
+    pixel_offset[threadIdx.x] = d * s.k_d * s.out_height_width + h * s.k_h * s.out_width + w * k_w;
+  }
+  // Element j of a thread's share: tile row i / kTileColumns, column i % kTileColumns, i = threadIdx.x + j kThreads;
+  // all of a thread's loads go out before any is stored.
+  const scalar_t* source = products + (int64_t{n} * s.pixels + p0) * columns + c0 * s.taps;
+  scalar_t loaded[kLoads];
+#pragma unroll
+  for (int j = 0; j < kLoads; ++j) {
+    const int i = threadIdx.x + j * kThreads, px = i / kTileColumns, column = i % kTileColumns;
+    if (px < tile_pixels && column < tile_columns) loaded[j] = source[px * columns + column];
+  }
+#pragma unroll
+  for (int j = 0; j < kLoads; ++j) {
+    const int i = threadIdx.x + j * kThreads, px = i / kTileColumns, column = i % kTileColumns;
+    if (px < tile_pixels && column < tile_columns) tile[px * pitch + column] = loaded[j];
+  }
+  __syncthreads();
+
+  // Output row pieces (channel, a, b) of the tile, a warp each: tile_pixels k_w elements.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int64_t item = blockIdx.x; item < tiles; item += gridDim.x) {
-    const int64_t channel_tile = item % channel_tiles, image_pixels = item / channel_tiles;
-    const int64_t n = image_pixels / pixel_tiles, p0 = (image_pixels - n * pixel_tiles) * kTilePixels;
-    const int64_t c0 = channel_tile * s.tile_channels;
-    const int tile_pixels = static_cast<int>(std::min<int64_t>(kTilePixels, s.pixels - p0));
-    const int tile_channels = static_cast<int>(std::min<int64_t>(s.tile_channels, s.channels - c0));
-    const int tile_columns = tile_channels * s.taps;
-
-    if (threadIdx.x < tile_pixels) {
-      const int64_t p = p0 + threadIdx.x, dh = p / s.width, w = p - dh * s.width;
-      const int64_t d = dh / s.height, h = dh - d * s.height;
-      pixel_offset[threadIdx.x] = d * s.k_d * s.out_height_width + h * s.k_h * s.out_width + w * s.k_w;
-    }
-    // All of a thread's loads in flight at once, then into shared memory: a loop of load-then-store left each
-    // thread's loads in series (30 us for the 34 MB of UNet c1024-512's products and outputs, H200, 13:28 UTC).
-    const scalar_t* source = products + (n * s.pixels + p0) * columns + c0 * s.taps;
-    constexpr int kLoads = kTilePixels * kTileColumns / kThreads;
-    scalar_t loaded[kLoads];
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j) {
-      const int i = threadIdx.x + j * kThreads, px = i / kTileColumns, column = i % kTileColumns;
-      if (px < tile_pixels && column < tile_columns) loaded[j] = source[px * columns + column];
-    }
-#pragma unroll
-    for (int j = 0; j < kLoads; ++j) {
-      const int i = threadIdx.x + j * kThreads, px = i / kTileColumns, column = i % kTileColumns;
-      if (px < tile_pixels && column < tile_columns) tile[px * pitch + column] = loaded[j];
-    }
-    __syncthreads();
-
-    // Output row pieces (channel, a, b) of the tile, a warp each: tile_pixels k_w elements.
-    const int pieces = tile_channels * s.k_d * s.k_h, piece_length = tile_pixels * s.k_w;
-    for (int piece = warp; piece < pieces; piece += kThreads / 32) {
-      const int channel = piece / (s.k_d * s.k_h), ab = piece - channel * s.k_d * s.k_h;
-      const int a = ab / s.k_h, b = ab - a * s.k_h;
-      const int64_t c = c0 + channel;
-      scalar_t* target = out + (n * s.channels + c) * s.out_plane + a * s.out_height_width + b * s.out_width;
-      const scalar_t bias_c = bias == nullptr ? scalar_t(0) : bias[c];
-      for (int e = lane; e < piece_length; e += 32) {
-        const int px = e / s.k_w, t = e - px * s.k_w;
-        target[pixel_offset[px] + t] = tile[px * pitch + piece * s.k_w + t] + bias_c;
+  const int pieces = tile_channels * s.k_d * s.k_h;
+  scalar_t* const image_out = out + (int64_t{n} * s.channels + c0) * s.out_plane;
+  for (int piece = warp; piece < pieces; piece += kThreads / 32) {
+    const int channel = piece / (s.k_d * s.k_h), ab = piece - channel * s.k_d * s.k_h;
+    const int a = ab / s.k_h, b = ab - a * s.k_h;
+    scalar_t* target = image_out + channel * s.out_plane + a * s.out_height_width + b * s.out_width;
+    const scalar_t bias_c = bias == nullptr ? scalar_t(0) : bias[c0 + channel];
+    if constexpr (KW == 2) {
+      // Lane = pixel: its two taps are adjacent in the tile row and in the output row (an even element: W k_w,
+      // the planes and w k_w are even, the base 8-byte aligned, which the launch checks).
+      using Pair = AlignedVector<scalar_t, 2>;
+      if (lane < tile_pixels) {
+        Pair v = *reinterpret_cast<const Pair*>(&tile[lane * pitch + piece * 2]);
+        v.v[0] += bias_c;
+        v.v[1] += bias_c;
+        *reinterpret_cast<Pair*>(target + pixel_offset[lane]) = v;
+      }
+    } else {
+      for (int e = lane; e < tile_pixels * k_w; e += 32) {
+        const int px = e / k_w, tap = e - px * k_w;
+        target[pixel_offset[px] + tap] = tile[px * pitch + piece * k_w + tap] + bias_c;
       }
     }
-    __syncthreads();  // the tile and the offsets are reused by the next item
   }
+}
+
+// The pixel-major shuffle's tiles along the pixels and along the channels of an image.
+struct PixelMajorTiles {
+  int64_t pixel_tiles, channel_tiles;
+};
+
+inline PixelMajorTiles pixel_major_tiles(int64_t pixels, int64_t channels, int64_t taps) {
+  return {ceil_div<int64_t>(pixels, kTilePixels), ceil_div<int64_t>(channels, kTileColumns / taps)};
+}
+
+// A bias as the shuffles read it: contiguous, or none.
+inline std::optional<at::Tensor> contiguous_bias(const std::optional<at::Tensor>& bias) {
+  return bias.has_value() && bias->defined() ? std::optional<at::Tensor>(bias->contiguous()) : std::nullopt;
 }
 
 }  // namespace tap_shuffle
@@ -245,8 +274,7 @@ inline void shuffle_taps_add_bias(const at::Tensor& products, const std::optiona
   s.plane = in_size[0] * in_size[1] * in_size[2];
   s.rows = output.size(0) * output.size(1) * s.out_depth * s.out_height;
   if (s.rows == 0 || s.width == 0) return;
-  const std::optional<at::Tensor> bias_c =
-      bias.has_value() && bias->defined() ? std::optional<at::Tensor>(bias->contiguous()) : std::nullopt;
+  const std::optional<at::Tensor> bias_c = tap_shuffle::contiguous_bias(bias);
   switch (output.scalar_type()) {
     case at::kFloat: return tap_shuffle::launch_for_dtype<float>(products, bias_c, output, s);
     case at::kDouble: return tap_shuffle::launch_for_dtype<double>(products, bias_c, output, s);
@@ -256,8 +284,16 @@ inline void shuffle_taps_add_bias(const at::Tensor& products, const std::optiona
   }
 }
 
+// The pixel-major shuffle's blocks (one a tile) for N images of `pixels` pixels and C_out `channels` of `taps` taps:
+// at most INT_MAX for it to run (conv_transpose_gemm.cuh checks).
+inline int64_t pixel_major_shuffle_tiles(int64_t images, int64_t pixels, int64_t channels, int64_t taps) {
+  const tap_shuffle::PixelMajorTiles t = tap_shuffle::pixel_major_tiles(pixels, channels, taps);
+  return images * t.pixel_tiles * t.channel_tiles;
+}
+
 // output (N, C_out, D k_d, H k_h, W k_w) from pixel-major products (N, D, H, W, C_out, k_d, k_h, k_w) plus bias
-// (C_out); fp32, dense; prod(kernel) <= tap_shuffle::kMaxPixelMajorTaps, 2-D as k_d = D = 1.
+// (C_out); fp32, dense; prod(kernel) <= tap_shuffle::kMaxPixelMajorTaps and k_w <= tap_shuffle::kMaxLastTaps, 2-D
+// as k_d = D = 1.
 inline void shuffle_pixel_major_taps_add_bias(const at::Tensor& products, const std::optional<at::Tensor>& bias,
                                               const at::Tensor& output, std::array<int64_t, 3> kernel,
                                               std::array<int64_t, 3> in_size) {
@@ -268,9 +304,8 @@ inline void shuffle_pixel_major_taps_add_bias(const at::Tensor& products, const 
   s.k_h = static_cast<int>(kernel[1]);
   s.k_w = static_cast<int>(kernel[2]);
   s.taps = s.k_d * s.k_h * s.k_w;
-  TORCH_INTERNAL_ASSERT(s.taps <= tap_shuffle::kMaxPixelMajorTaps);
+  TORCH_INTERNAL_ASSERT(s.taps <= tap_shuffle::kMaxPixelMajorTaps && s.k_w <= tap_shuffle::kMaxLastTaps);
   s.tile_channels = tap_shuffle::kTileColumns / s.taps;
-  s.images = output.size(0);
   s.channels = static_cast<int>(output.size(1));
   s.height = in_size[1];
   s.width = in_size[2];
@@ -279,13 +314,16 @@ inline void shuffle_pixel_major_taps_add_bias(const at::Tensor& products, const 
   s.out_height_width = in_size[1] * kernel[1] * s.out_width;
   s.out_plane = in_size[0] * kernel[0] * s.out_height_width;
   if (output.numel() == 0) return;
-  const std::optional<at::Tensor> bias_c =
-      bias.has_value() && bias->defined() ? std::optional<at::Tensor>(bias->contiguous()) : std::nullopt;
-  const int64_t tiles = s.images * ((s.pixels + tap_shuffle::kTilePixels - 1) / tap_shuffle::kTilePixels) *
-                        ((s.channels + s.tile_channels - 1) / s.tile_channels);
-  const int64_t blocks = std::min<int64_t>(tiles, int64_t{multiprocessor_count()} * 16);
-  tap_shuffle::pixel_major_tap_shuffle_kernel<float><<<static_cast<unsigned>(blocks), tap_shuffle::kThreads, 0,
-                                                c10::cuda::getCurrentCUDAStream()>>>(
+  const int64_t tiles = pixel_major_shuffle_tiles(output.size(0), s.pixels, s.channels, s.taps);
+  TORCH_INTERNAL_ASSERT(tiles <= std::numeric_limits<int>::max());
+  const tap_shuffle::PixelMajorTiles t = tap_shuffle::pixel_major_tiles(s.pixels, s.channels, s.taps);
+  s.pixel_tiles = static_cast<unsigned>(t.pixel_tiles);
+  s.channel_tiles = static_cast<unsigned>(t.channel_tiles);
+  const std::optional<at::Tensor> bias_c = tap_shuffle::contiguous_bias(bias);
+  const auto kernel_for = s.k_w == 2 && reinterpret_cast<uintptr_t>(output.const_data_ptr()) % 8 == 0
+                              ? tap_shuffle::pixel_major_tap_shuffle_kernel<float, 2>
+                              : tap_shuffle::pixel_major_tap_shuffle_kernel<float, 0>;
+  kernel_for<<<static_cast<unsigned>(tiles), tap_shuffle::kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
       products.const_data_ptr<float>(), bias_c.has_value() ? bias_c->const_data_ptr<float>() : nullptr,
       output.mutable_data_ptr<float>(), s);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
