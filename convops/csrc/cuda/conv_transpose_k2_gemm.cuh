@@ -22,9 +22,10 @@
 // wavefronts for 16 mma), and rounding the stage in place in shared memory had added a read and a write of it.
 //
 // Where it pays: the kernel's mma.sync GEMM runs at about a third of cuBLAS's TF32 rate, and what it saves is the
-// products' round trip, which grows with the output and not with C_in. On UNet's k2 s2 layers (H200, 2026-11-27,
-// kernel and weight preparation against cuBLAS GEMM + tap shuffle): C_in 128 105 against 178 us, 256 86 against
-// 106, 512 79 against 74, 1024 81 against 79. So it takes C_in up to kMaxInChannels.
+// products' round trip, which grows with the output and not with C_in. On UNet's k2 s2 layers at batch 8 (H200,
+// 2026-11-27 14:48 UTC, the profiler's sums: this kernel and the weight's preparation against cuBLAS's GEMM, the
+// roundings and the tap shuffle): C_in 1024 79 against 61 us, 512 77 against 65; at 14:40, op times, 256 89 against
+// 106 and 128 109 against 177. So it takes C_in up to kMaxInChannels.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -51,8 +52,11 @@ constexpr int kDepth = 32;    // K a stage
 constexpr int kThreads = 256;
 constexpr int kPitch = 136;  // words a shared tile row (both tiles): 8 mod 32
 constexpr int kTileWords = kDepth * kPitch;
+// Three stages measured as fast as two (H200, 2026-11-27 14:48 UTC: 69.5 against 69.0 us on UNet c1024, 102.3
+// against 101.9 on c128): the loop is not waiting on its copies. Two spilled 8 bytes at the 128-register bound.
+constexpr int kStages = 3;
+constexpr int kSharedBytes = kStages * 2 * kTileWords * 4;  // 104 KB: two blocks an SM
 constexpr int kMaxInChannels = 256;  // see "Where it pays" above
-constexpr int shared_bytes(int stages) { return stages * 2 * kTileWords * 4; }
 constexpr int kChunksPerRow = kRows / 4;                        // 16-byte copies a tile row (kRows == kPixels)
 constexpr int kChunksPerThread = kDepth * kChunksPerRow / kThreads;  // of each tile, a stage
 static_assert(kRows == kPixels && kDepth * kChunksPerRow % kThreads == 0, "one copy plan serves both tiles");
@@ -83,10 +87,9 @@ __global__ void __launch_bounds__(kThreads) prepare_weight_kernel(const T* __res
   }
 }
 
-template <typename T, int Stages>  // float; 2 blocks an SM at 3 stages (2 x 104 KB of shared memory)
-__global__ void __launch_bounds__(kThreads, 2) conv_transpose_k2_gemm_kernel(Params p) {
+template <typename T>  // float
+__global__ void __launch_bounds__(kThreads, 2) conv_transpose_k2_gemm_kernel(Params p) {  // 2 blocks an SM
   static_assert(sizeof(T) == 4, "TF32 operands");
-  static_assert(Stages >= 2, "a stage in flight while one is read");
   extern __shared__ __align__(16) float smem[];
   const int64_t m0 = int64_t{blockIdx.y} * kRows, p0 = int64_t{blockIdx.x} * kPixels, n = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -110,16 +113,16 @@ __global__ void __launch_bounds__(kThreads, 2) conv_transpose_k2_gemm_kernel(Par
   float acc[4][4][4] = {};  // [m16 tile][n8 tile][fragment]
   const int64_t k_stages = (p.k + kDepth - 1) / kDepth;
 #pragma unroll
-  for (int s = 0; s < Stages - 1; ++s) {
+  for (int s = 0; s < kStages - 1; ++s) {
     if (s < k_stages) load_stage(s, int64_t{s} * kDepth);
     cp_async_commit();  // possibly empty: the waits count groups
   }
   for (int64_t s = 0; s < k_stages; ++s) {
-    const int stage = static_cast<int>(s % Stages);
-    cp_async_wait<Stages - 2>();  // this thread's copies of stage s have landed
+    const int stage = static_cast<int>(s % kStages);
+    cp_async_wait<kStages - 2>();  // this thread's copies of stage s have landed
     __syncthreads();  // everyone's have, and everyone is done reading stage s - 1, refilled next
-    const int64_t next = s + Stages - 1;
-    if (next < k_stages) load_stage(static_cast<int>(next % Stages), next * kDepth);
+    const int64_t next = s + kStages - 1;
+    if (next < k_stages) load_stage(static_cast<int>(next % kStages), next * kDepth);
     cp_async_commit();
     const uint32_t* wt = reinterpret_cast<const uint32_t*>(w_tile(stage));
     const uint32_t* xt = reinterpret_cast<const uint32_t*>(x_tile(stage));
@@ -183,14 +186,6 @@ inline K2GemmSetting conv_transpose_k2_gemm_setting() {
   return setting;
 }
 
-// The pipeline's depth, 3 stages unless CONVOPS_K2_STAGES=2 (for A/B timing); read once.
-inline int conv_transpose_k2_gemm_stages() {
-  static const int stages = [] {
-    const char* env = std::getenv("CONVOPS_K2_STAGES");
-    return env != nullptr && std::string(env) == "2" ? 2 : 3;
-  }();
-  return stages;
-}
 
 // Whether conv_transpose_k2_gemm serves this problem (conv_transpose_gemm_applies holds for it): 2-D, fp32 with
 // TF32 allowed, a k_h x 2 kernel, C_in up to kMaxInChannels, W even and H W a multiple of 4 (whole 16-byte copies and pixel pairs in one row),
@@ -247,16 +242,10 @@ inline void conv_transpose_k2_gemm(const at::Tensor& input, const at::Tensor& we
   p.out = output.mutable_data_ptr<float>();
   const dim3 grid(static_cast<unsigned>((p.pixels + k2_gemm::kPixels - 1) / k2_gemm::kPixels),
                   static_cast<unsigned>(p.m_rows / k2_gemm::kRows), static_cast<unsigned>(input.size(0)));
-  const auto launch = [&](auto kernel, int shared_bytes) {
-    allow_dynamic_shared_memory(kernel, shared_bytes);
-    kernel<<<grid, k2_gemm::kThreads, shared_bytes, stream>>>(p);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  };
-  if (conv_transpose_k2_gemm_stages() == 2) {
-    launch(k2_gemm::conv_transpose_k2_gemm_kernel<float, 2>, k2_gemm::shared_bytes(2));
-  } else {
-    launch(k2_gemm::conv_transpose_k2_gemm_kernel<float, 3>, k2_gemm::shared_bytes(3));
-  }
+  const auto kernel = k2_gemm::conv_transpose_k2_gemm_kernel<float>;
+  allow_dynamic_shared_memory(kernel, k2_gemm::kSharedBytes);
+  kernel<<<grid, k2_gemm::kThreads, k2_gemm::kSharedBytes, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace cuda
