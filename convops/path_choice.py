@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 import torch
 
@@ -91,3 +91,17 @@ def clear_path_choices() -> None:
     """Forgets the decisions, so that the next call of each problem times its paths again."""
     require_ops()
     torch.ops.convops._clear_path_choices()
+
+
+def auto_path(op: Callable[..., Any], *args: Any) -> str | None:
+    """The path the "auto" policy runs for this call of a convops op on CUDA: "convops", "aten" or "mixed", as its
+    first call of the problem decides it (timing the paths; the decision is kept, so that call does not time them
+    again) or as it was decided before. None where no decision is involved: under another policy, or a call with one
+    path only. Runs the op once (without autograd)."""
+    require_ops()
+    if path_policy() != "auto":
+        return None
+    torch.ops.convops._take_auto_path()  # forget an earlier call's
+    with torch.no_grad():
+        op(*args)
+    return torch.ops.convops._take_auto_path() or None

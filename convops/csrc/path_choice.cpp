@@ -65,7 +65,16 @@ Record& record() {
   return r;
 }
 
+std::string& last_auto_path() {  // "" until an "auto" call notes one
+  thread_local std::string path;
+  return path;
+}
+
 }  // namespace
+
+void note_auto_path(Path path) {
+  last_auto_path() = name_of(path);
+}
 
 PathPolicy path_policy() {
   return policy_slot().load();
@@ -120,6 +129,13 @@ std::vector<std::string> choices_op() {
   return lines;
 }
 
+// The path the calling thread's latest "auto" call ran, then forgotten ("" if none since the last take).
+std::string take_auto_path_op() {
+  std::string path = std::move(last_auto_path());
+  last_auto_path().clear();
+  return path;
+}
+
 void clear_choices_op() {
   auto& r = record();
   const std::unique_lock<std::shared_mutex> lock(r.mutex);
@@ -133,6 +149,7 @@ TORCH_LIBRARY_FRAGMENT(convops, m) {
   m.def("_path_policy() -> str", &policy_op);
   m.def("_path_choices() -> str[]", &choices_op);
   m.def("_clear_path_choices() -> ()", &clear_choices_op);
+  m.def("_take_auto_path() -> str", &take_auto_path_op);
 }
 
 }  // namespace convops

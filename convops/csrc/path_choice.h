@@ -24,5 +24,8 @@ bool cached_path(const std::string& key, Path* path);
 // mixed_ms < 0: the op has no mixed path.
 void record_path(const std::string& key, std::string description, Path path, double convops_ms, double aten_ms,
                  double mixed_ms = -1.0);
+// Notes the path the calling thread's latest "auto" call ran (decided or looked up), for convops::_take_auto_path:
+// the compile-time passes ask it what the op would run (convops/path_choice.py, auto_path).
+void note_auto_path(Path path);
 
 }  // namespace convops

@@ -1,5 +1,7 @@
 """The shape every convops pass has: find candidate nodes, match each into a Replacement or decline it with a reason,
-and commit a Replacement by putting one call of the convops op where the matched nodes were.
+and commit a Replacement by putting one call of the convops op where the matched nodes were. A CUDA candidate for
+which the op would run ATen's composition anyway (what "auto" decides for its shapes) is declined too: the compiler
+does at least as well with the nodes.
 
 A pass follows Inductor's CustomGraphPass protocol: it is called with a torch.fx.Graph and has uuid(), a digest of
 the source it runs, so it could be installed as an Inductor custom pass and so caches can key on it.
@@ -16,6 +18,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from ..path_choice import auto_path, path_policy
 from . import matching
 from .matching import Constants, Declined
 from .report import Decline, GraphReport, source_line
@@ -71,6 +74,7 @@ class ConvopsPass:
             try:
                 replacement = self.match(anchor)
                 result, values = _fake_result(replacement)
+                _decline_where_aten_runs(replacement, values)
                 replacement.constants.commit()
             except Declined as reason:
                 report.declined.append(Decline(self.pattern_of(anchor), anchor.name, str(reason),
@@ -109,6 +113,58 @@ def _fake_result(r: Replacement) -> tuple[Any, list]:
             return op(*values), values
     except Exception as exc:  # noqa: BLE001 - any rejection by the op means: leave this candidate alone
         raise Declined(f"convops::{r.op_name} rejects these arguments ({type(exc).__name__}: {exc})") from None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Leaving ATen's compositions to the compiler
+# ---------------------------------------------------------------------------------------------------------------------
+
+def _decline_where_aten_runs(r: Replacement, values: list) -> None:
+    """Declines a candidate for which the op would run ATen's composition anyway: given the nodes, the compiler does
+    at least as well with them, choosing their layout and fusing their neighbours (on UNet's k3 stride-2
+    conv_transpose layers Inductor runs cuDNN's NHWC kernels, 1.4x faster in TF32 than the op's NCHW ATen path:
+    H200, 2026-11-27)."""
+    if decided_path(r, values) == "aten":
+        raise Declined(f"convops::{r.op_name} would run ATen's composition for these shapes (the path policy, or "
+                       f"what \"auto\" timed: convops.path_choices()); the compiler keeps the nodes")
+
+
+def decided_path(r: Replacement, values: list) -> str | None:
+    """The path the op runs for the matched values on CUDA: under "auto", what it decides (or decided) for random
+    tensors of their sizes, strides and dtypes (convops.path_choice.auto_path: the decision its first call would
+    make, kept for that call); "aten" under the "aten" policy. None on other devices, with symbolic sizes, under the
+    "convops" policy, or where the op's call involves no decision."""
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if not tensors or tensors[0].device.type != "cuda":
+        return None
+    policy = path_policy()
+    if policy != "auto":
+        return "aten" if policy == "aten" else None
+    if any(_is_symbolic(v) for v in values):
+        return None
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily():
+        real = [_random_like(a, v) for a, v in zip(r.args, values)]
+        return auto_path(matching.op_overload(r.op_name), *real)
+
+
+def _is_symbolic(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride()))
+    if isinstance(value, (list, tuple)):
+        return any(_is_symbolic(v) for v in value)
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _random_like(arg: Any, value: Any) -> Any:
+    """A real argument for the op in place of a matched (fake) value: random normal values in its sizes, strides and
+    dtype (a created scale: its value)."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    if isinstance(arg, NewTensor):
+        return torch.full((), arg.value, dtype=value.dtype, device=value.device)
+    real = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
+    return real.normal_() if real.is_floating_point() else real.zero_()
 
 
 _COPIED_META = ("stack_trace", "nn_module_stack", "source_fn_stack")

@@ -189,11 +189,14 @@ at::Tensor run_auto_path(const std::string& key, c10::function_ref<std::string()
                          PathFn aten_path, const PathFn* mixed_path) {
   Path path;
   if (cached_path(key, &path)) {
+    at::Tensor output;
     switch (path) {
-      case Path::kConvops: return convops_path();
-      case Path::kAten: return aten_path();
-      case Path::kMixed: return mixed_path != nullptr ? (*mixed_path)() : convops_path();
+      case Path::kConvops: output = convops_path(); break;
+      case Path::kAten: output = aten_path(); break;
+      case Path::kMixed: output = mixed_path != nullptr ? (*mixed_path)() : convops_path(); break;
     }
+    note_auto_path(path);  // after the path, whose own convops calls note theirs
+    return output;
   }
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   if (capturing(stream)) return convops_path();
@@ -216,6 +219,7 @@ at::Tensor run_auto_path(const std::string& key, c10::function_ref<std::string()
   const double best_convops_ms = mixed_wins ? mixed_ms : convops_ms;
   path = best_convops_ms < kConvopsMargin * aten_ms ? (mixed_wins ? Path::kMixed : Path::kConvops) : Path::kAten;
   record_path(own_key, describe(), path, convops_ms, aten_ms, mixed_ms);
+  note_auto_path(path);
   switch (path) {
     case Path::kConvops: return convops_output;
     case Path::kAten: return aten_output;
