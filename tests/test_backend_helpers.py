@@ -97,10 +97,11 @@ def grads_after_step(model, inputs, run) -> dict[str, torch.Tensor]:
 
 
 def ops_that_ran(fn, *inputs) -> set[str]:
-    """The convops ops the profiler saw while fn ran."""
+    """The convops ops the profiler saw while fn ran (not the private ones, convops::_*, which read or set the path
+    policy: a first call compiles, and the passes ask the policy)."""
     with torch.profiler.profile() as prof:
         fn(*inputs)
-    return {e.key for e in prof.key_averages() if e.key.startswith("convops::")}
+    return {e.key for e in prof.key_averages() if e.key.startswith("convops::") and not e.key.startswith("convops::_")}
 
 
 
