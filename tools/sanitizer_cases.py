@@ -41,6 +41,14 @@ def check(name, out, ref, tol):
     return ok
 
 
+def stride_two(name, x, w, b, tol):
+    """The case of conv_transpose2d / 3d (by x's rank) with stride 2 and no padding: (name, convops, ATen, tol)."""
+    dims = x.dim() - 2
+    ours, aten = getattr(torch.ops.convops, f"conv_transpose{dims}d"), getattr(F, f"conv_transpose{dims}d")
+    return (f"conv_transpose{dims}d kernel = stride 2 {name}", lambda: ours(x, w, b, 2, 0, 0, 1, 1),
+            lambda: aten(x, w, b, 2, 0, 0, 1, 1), tol)
+
+
 def with_depthwise_kernel(kernel, fn, *args):
     """fn(*args) with the depthwise dispatch restricted to one kernel (CONVOPS_DEPTHWISE_KERNEL, read every call)."""
     os.environ["CONVOPS_DEPTHWISE_KERNEL"] = kernel
@@ -131,9 +139,7 @@ def cases():
         # Kernel equal to the stride: one GEMM and a pixel shuffle on contiguous inputs (TF32 too, on operands
         # rounded to nearest), the implicit-GEMM kernel otherwise.
         wk, bk = rand(6, 5, 2, 2, dtype=dtype), rand(5, dtype=dtype)
-        yield (f"conv_transpose2d kernel = stride 2 {tag}",
-               lambda: torch.ops.convops.conv_transpose2d(x, wk, bk, 2, 0, 0, 1, 1),
-               lambda: F.conv_transpose2d(x, wk, bk, 2, 0, 0, 1, 1), tol[dtype])
+        yield stride_two(tag, x, wk, bk, tol[dtype])
         # Rows of 16: the tap shuffle's vector loads, with k_w = 2 compiled in and k_w = 3 at run time.
         xw = rand(2, 6, 3, 16, dtype=dtype)
         for kernel in [(2, 2), (1, 3)]:
@@ -146,26 +152,18 @@ def cases():
         # tiles, the last part-filled).
         if layout == "contiguous" and dtype == torch.float32:
             xk, wk2, bk2 = rand(2, 136, 10, 26, dtype=dtype), rand(136, 70, 2, 2, dtype=dtype), rand(70, dtype=dtype)
-            yield (f"conv_transpose2d kernel = stride 2 fused tiles {tag}",
-                   lambda: torch.ops.convops.conv_transpose2d(xk, wk2, bk2, 2, 0, 0, 1, 1),
-                   lambda: F.conv_transpose2d(xk, wk2, bk2, 2, 0, 0, 1, 1), tol[dtype])
+            yield stride_two(f"fused tiles {tag}", xk, wk2, bk2, tol[dtype])
         xw3, ww3 = rand(2, 6, 2, 3, 16, dtype=dtype), rand(6, 5, 2, 2, 2, dtype=dtype)
-        yield (f"conv_transpose3d kernel = stride 2 rows of 16 {tag}",
-               lambda: torch.ops.convops.conv_transpose3d(xw3, ww3, bk, 2, 0, 0, 1, 1),
-               lambda: F.conv_transpose3d(xw3, ww3, bk, 2, 0, 0, 1, 1), tol[dtype])
+        yield stride_two(f"rows of 16 {tag}", xw3, ww3, bk, tol[dtype])
         # Fewer pixels than C_out taps: pixel-major products and the transposing shuffle, which run for contiguous
         # fp32 inputs with TF32 allowed (elsewhere these are channel-major cases like those above): two tiles of 32
         # pixels across rows, the last channel tile part-filled, 40 input channels (the weight's transposing
         # rounding over two tiles); 2-D and 3-D.
         if layout == "contiguous" and dtype == torch.float32:
             xf, wf, bf = rand(2, 40, 5, 9, dtype=dtype), rand(40, 40, 2, 2, dtype=dtype), rand(40, dtype=dtype)
-            yield (f"conv_transpose2d kernel = stride 2 few pixels {tag}",
-                   lambda: torch.ops.convops.conv_transpose2d(xf, wf, bf, 2, 0, 0, 1, 1),
-                   lambda: F.conv_transpose2d(xf, wf, bf, 2, 0, 0, 1, 1), tol[dtype])
+            yield stride_two(f"few pixels {tag}", xf, wf, bf, tol[dtype])
             xf3, wf3 = rand(2, 6, 2, 3, 3, dtype=dtype), rand(6, 9, 2, 2, 2, dtype=dtype)
-            yield (f"conv_transpose3d kernel = stride 2 few pixels {tag}",
-                   lambda: torch.ops.convops.conv_transpose3d(xf3, wf3, bf[:9], 2, 0, 0, 1, 1),
-                   lambda: F.conv_transpose3d(xf3, wf3, bf[:9], 2, 0, 0, 1, 1), tol[dtype])
+            yield stride_two(f"few pixels {tag}", xf3, wf3, bf[:9], tol[dtype])
         wc = rand(8, 6, 3, 3, dtype=dtype)
         bc = rand(8, dtype=dtype)
         gamma, beta, scale = rand(8, dtype=dtype), rand(8, dtype=dtype), rand(8, 1, 1, dtype=dtype)
