@@ -174,8 +174,9 @@ def _prepare_column(column, model, inputs, expected, mode, plan):
             if column in COMPILED:
                 quiet.settle()  # the compile's worker processes and threads wind down
                 if column == "convops_backend" and actual.is_cuda:
-                    # The ops of the compiled graph decided their paths right after the compile, while it wound
-                    # down: decide again in quiet, as the op column did.
+                    # The compile's passes kept or left nodes by the op column's decision (made in quiet; the
+                    # conv_transpose pass asks "auto" at compile time), but the ops of the compiled graph may have
+                    # decided right after the compile, while it wound down: decide again in quiet.
                     convops.clear_path_choices()
                     actual = _synchronized(fn(inputs[0]))
             path = _chosen_path() if column == "convops_op" and actual.is_cuda else None

@@ -1,5 +1,6 @@
-"""Where the op would run ATen's composition anyway, the passes leave the nodes to the compiler (fx_passes/base.py,
-decided_path): the decline, its reason, and on CUDA its agreement with what "auto" decided."""
+"""Where the op would run ATen's composition anyway, the conv_transpose pass leaves the node to the compiler in TF32
+and 16-bit (fx_passes/base.py, decided_path; conv_transpose.py, leaves_aten_paths): the decline, its reason, where it
+does not apply, and on CUDA its agreement with what "auto" decided."""
 from __future__ import annotations
 
 import expecttest
@@ -43,9 +44,21 @@ return (conv_transpose2d,)""")
         self.assertEqual(compiled.replaced, {T2D: 1})
         assert_close_to_eager(model, (x,), compiled.outputs)
 
-    def test_cpu_involves_no_decision(self):
+    def test_strict_fp32_keeps_the_substitution(self):
         model, x = _upsampling()
-        with convops.forced_path("auto"):
+        torch.backends.cudnn.allow_tf32 = False
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(base, "decided_path", lambda r, values: "aten")
+            compiled = compile_and_run(model, x)
+        self.assertEqual(compiled.replaced, {T2D: 1})
+
+    def test_cpu_involves_no_decision(self):
+        def no_call(*args):
+            raise AssertionError("auto_path called for a CPU candidate")
+
+        model, x = _upsampling()
+        with pytest.MonkeyPatch.context() as patch, convops.forced_path("auto"):
+            patch.setattr(base, "auto_path", no_call)
             compiled = compile_and_run(model, x)
         self.assertEqual(compiled.replaced, {T2D: 1})
 
@@ -62,13 +75,21 @@ def test_cuda_auto_declines_exactly_where_it_decided_aten(tf32):
     graph's calls) and declines the node where that decision is ATen's composition."""
     model, x = _upsampling("cuda")
     torch.backends.cudnn.allow_tf32 = tf32
-    with convops.forced_path("auto"):
+    asked = []
+
+    def spy(op, *args):
+        asked.append(op)
+        return convops.path_choice.auto_path(op, *args)
+
+    with pytest.MonkeyPatch.context() as patch, convops.forced_path("auto"):
+        patch.setattr(base, "auto_path", spy)
         convops.clear_path_choices()
         compiled = compile_and_run(model, x)
         compiled.fn(x)  # the compiled graph's calls take the decision made at compile time
         choices = _conv_transpose_choices()
     assert len(choices) == 1, choices
-    if choices[0].path == "aten":
+    assert len(asked) == tf32, asked  # strict fp32 substitutes without asking (leaves_aten_paths)
+    if tf32 and choices[0].path == "aten":
         assert compiled.replaced == {}
         assert "would run ATen's composition" in compiled.declines()
     else:
@@ -96,3 +117,24 @@ def test_cuda_symbolic_sizes_substitute_without_a_decision():
         decisions = _conv_transpose_choices()
     assert compiled.replaced == {T2D: 1}
     assert len(decisions) == 1  # made by the call, as the op's first call makes it
+
+
+@pytest.mark.cuda
+@requires_ops(T2D)
+def test_cuda_expanded_and_offset_inputs_decide_without_failing_the_pass():
+    """Real stand-ins for an expanded (stride 0) input and a view with a storage offset; a candidate whose decision
+    fails would have cost every substitution of the graph."""
+    model, x = _upsampling("cuda")
+    base_tensor = torch.randn(1, 16, 12, 10, device="cuda")
+
+    def fn(x, y):
+        return model(x.expand(3, -1, -1, -1)), model(y[:, :, 1:])
+
+    y = torch.randn(2, 16, 13, 10, device="cuda")
+    with convops.forced_path("auto"):
+        compiled = compile_and_run(fn, base_tensor, y)
+    assert not compiled.report.failed, compiled.report.failed
+    assert sum(compiled.replaced.values()) + len(compiled.report.declined) == 2
+    with torch.no_grad():
+        expected = fn(base_tensor, y)
+    torch.testing.assert_close(compiled.outputs, expected, atol=1e-3, rtol=1e-3)

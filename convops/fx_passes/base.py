@@ -1,7 +1,7 @@
 """The shape every convops pass has: find candidate nodes, match each into a Replacement or decline it with a reason,
-and commit a Replacement by putting one call of the convops op where the matched nodes were. A CUDA candidate for
-which the op would run ATen's composition anyway (what "auto" decides for its shapes) is declined too: the compiler
-does at least as well with the nodes.
+and commit a Replacement by putting one call of the convops op where the matched nodes were. A pass may also leave to
+the compiler the CUDA candidates for which the op would run ATen's composition anyway (leaves_aten_paths), where the
+compiler was measured to do better with the nodes.
 
 A pass follows Inductor's CustomGraphPass protocol: it is called with a torch.fx.Graph and has uuid(), a digest of
 the source it runs, so it could be installed as an Inductor custom pass and so caches can key on it.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import logging
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,10 +19,13 @@ from typing import Any
 import torch
 import torch.fx
 
+from .. import path_choice
 from ..path_choice import auto_path, path_policy
 from . import matching
 from .matching import Constants, Declined
 from .report import Decline, GraphReport, source_line
+
+log = logging.getLogger("convops")
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,11 @@ class ConvopsPass:
     patterns: tuple[str, ...] = ()
     uses: tuple = ()  # other modules whose code the pass runs (they go into uuid())
 
+    def leaves_aten_paths(self, values: list) -> bool:
+        """Whether a candidate with these matched values, for which the op would run ATen's composition
+        (decided_path), is left to the compiler. Only where that was measured to pay (a pass says where)."""
+        return False
+
     def candidates(self, graph: torch.fx.Graph) -> Iterable[torch.fx.Node]:
         raise NotImplementedError
 
@@ -58,8 +67,10 @@ class ConvopsPass:
         raise NotImplementedError
 
     def uuid(self) -> str:
-        """Changes whenever the code this pass runs changes (its module, this one, the matching helpers)."""
-        modules = {sys.modules[type(self).__module__], sys.modules[__name__], matching, *self.uses}
+        """Changes whenever the code this pass runs changes (its module, this one, the matching helpers, the path
+        choice). (Where leaves_aten_paths holds, what the pass does also depends on the path policy and on what
+        "auto" times on this GPU, which no digest of code can say.)"""
+        modules = {sys.modules[type(self).__module__], sys.modules[__name__], matching, path_choice, *self.uses}
         digest = hashlib.sha256(type(self).__qualname__.encode())
         for source in sorted(_source(m) for m in modules):
             digest.update(source)
@@ -74,7 +85,8 @@ class ConvopsPass:
             try:
                 replacement = self.match(anchor)
                 result, values = _fake_result(replacement)
-                _decline_where_aten_runs(replacement, values)
+                if self.leaves_aten_paths(values):
+                    _decline_where_aten_runs(replacement, values)
                 replacement.constants.commit()
             except Declined as reason:
                 report.declined.append(Decline(self.pattern_of(anchor), anchor.name, str(reason),
@@ -120,10 +132,8 @@ def _fake_result(r: Replacement) -> tuple[Any, list]:
 # ---------------------------------------------------------------------------------------------------------------------
 
 def _decline_where_aten_runs(r: Replacement, values: list) -> None:
-    """Declines a candidate for which the op would run ATen's composition anyway: given the nodes, the compiler does
-    at least as well with them, choosing their layout and fusing their neighbours (on UNet's k3 stride-2
-    conv_transpose layers Inductor runs cuDNN's NHWC kernels, 1.4x faster in TF32 than the op's NCHW ATen path:
-    H200, 2026-11-27)."""
+    """Declines a candidate for which the op would run ATen's composition anyway, so that the compiler, given the
+    nodes, may choose their layout and fuse their neighbours (see the passes' leaves_aten_paths)."""
     if decided_path(r, values) == "aten":
         raise Declined(f"convops::{r.op_name} would run ATen's composition for these shapes (the path policy, or "
                        f"what \"auto\" timed: convops.path_choices()); the compiler keeps the nodes")
@@ -133,7 +143,8 @@ def decided_path(r: Replacement, values: list) -> str | None:
     """The path the op runs for the matched values on CUDA: under "auto", what it decides (or decided) for random
     tensors of their sizes, strides and dtypes (convops.path_choice.auto_path: the decision its first call would
     make, kept for that call); "aten" under the "aten" policy. None on other devices, with symbolic sizes, under the
-    "convops" policy, or where the op's call involves no decision."""
+    "convops" policy, where the op's call involves no decision, or where deciding failed (out of memory, say: the
+    op then decides on its first call, as without the passes)."""
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
     if not tensors or tensors[0].device.type != "cuda":
         return None
@@ -143,9 +154,14 @@ def decided_path(r: Replacement, values: list) -> str | None:
     if any(_is_symbolic(v) for v in values):
         return None
     from torch._subclasses.fake_tensor import unset_fake_temporarily
-    with unset_fake_temporarily():
-        real = [_random_like(a, v) for a, v in zip(r.args, values)]
-        return auto_path(matching.op_overload(r.op_name), *real)
+    try:
+        with unset_fake_temporarily():
+            generator = torch.Generator(device=tensors[0].device).manual_seed(0)  # the user's stream untouched
+            real = [_random_like(a, v, generator) for a, v in zip(r.args, values)]
+            return auto_path(matching.op_overload(r.op_name), *real)
+    except Exception:  # noqa: BLE001 - no decision now is no worse than before the passes asked
+        log.debug("convops: deciding convops::%s at compile time failed", r.op_name, exc_info=True)
+        return None
 
 
 def _is_symbolic(value: Any) -> bool:
@@ -156,15 +172,21 @@ def _is_symbolic(value: Any) -> bool:
     return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
-def _random_like(arg: Any, value: Any) -> Any:
-    """A real argument for the op in place of a matched (fake) value: random normal values in its sizes, strides and
-    dtype (a created scale: its value)."""
+def _random_like(arg: Any, value: Any, generator: torch.Generator) -> Any:
+    """A real argument for the op in place of a matched (fake) value: random normal values in its sizes, strides,
+    storage offset (the decision keys on 16-byte alignment) and dtype, expanded (stride 0) dimensions included; a
+    created scale: its value."""
     if not isinstance(value, torch.Tensor):
         return value
     if isinstance(arg, NewTensor):
         return torch.full((), arg.value, dtype=value.dtype, device=value.device)
-    real = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
-    return real.normal_() if real.is_floating_point() else real.zero_()
+    extent = 1 + sum((n - 1) * abs(st) for n, st in zip(value.shape, value.stride())) if value.numel() else 0
+    storage = torch.empty(value.storage_offset() + extent, dtype=value.dtype, device=value.device)
+    if storage.is_floating_point():
+        storage.normal_(generator=generator)
+    else:
+        storage.zero_()
+    return storage.as_strided(value.shape, value.stride(), value.storage_offset())
 
 
 _COPIED_META = ("stack_trace", "nn_module_stack", "source_fn_stack")
