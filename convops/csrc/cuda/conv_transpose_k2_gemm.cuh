@@ -61,6 +61,11 @@ constexpr int kChunksPerRow = kRows / 4;                        // 16-byte copie
 constexpr int kChunksPerThread = kDepth * kChunksPerRow / kThreads;  // of each tile, a stage
 static_assert(kRows == kPixels && kDepth * kChunksPerRow % kThreads == 0, "one copy plan serves both tiles");
 
+// W's rows: 16 a group of 8 families (the two taps of each), whole 128-row tiles (no row bounds in the kernel).
+inline int64_t weight_rows(int64_t families) {
+  return ceil_div<int64_t>(ceil_div<int64_t>(families, 8) * 16, kRows) * kRows;
+}
+
 struct Params {
   const float* weight;  // W' (K x m_rows), row-major: rounded, reordered, zero-padded
   const float* input;   // (N, K, P)
@@ -111,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, 2) conv_transpose_k2_gemm_kernel(Par
     }
   };
   float acc[4][4][4] = {};  // [m16 tile][n8 tile][fragment]
-  const int64_t k_stages = (p.k + kDepth - 1) / kDepth;
+  const int64_t k_stages = ceil_div<int64_t>(p.k, kDepth);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < k_stages) load_stage(s, int64_t{s} * kDepth);
@@ -198,10 +203,8 @@ inline bool conv_transpose_k2_gemm_applies(const at::Tensor& input, const at::Te
     return false;
   }
   const int64_t w = input.size(3), pixels = input.size(2) * w;
-  const int64_t families = weight.size(1) * weight.size(2);
-  const int64_t m_rows = (families + 7) / 8 * 16;
-  const int64_t m_blocks = (m_rows + k2_gemm::kRows - 1) / k2_gemm::kRows;
-  const int64_t p_blocks = (pixels + k2_gemm::kPixels - 1) / k2_gemm::kPixels;
+  const int64_t m_blocks = k2_gemm::weight_rows(weight.size(1) * weight.size(2)) / k2_gemm::kRows;
+  const int64_t p_blocks = ceil_div<int64_t>(pixels, k2_gemm::kPixels);
   return w % 2 == 0 && pixels % 4 == 0 && reinterpret_cast<uintptr_t>(input.const_data_ptr()) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(output.const_data_ptr()) % 16 == 0 && input.size(0) <= 65535 &&
          m_blocks <= 65535 && p_blocks <= std::numeric_limits<int>::max();
@@ -217,8 +220,7 @@ inline void conv_transpose_k2_gemm(const at::Tensor& input, const at::Tensor& we
   p.k_h = static_cast<int>(weight.size(2));
   p.channels = static_cast<int>(weight.size(1));
   p.families = p.channels * p.k_h;
-  p.m_rows = (int64_t{p.families} + 7) / 8 * 16;
-  p.m_rows = (p.m_rows + k2_gemm::kRows - 1) / k2_gemm::kRows * k2_gemm::kRows;  // whole tiles: no row bounds
+  p.m_rows = k2_gemm::weight_rows(p.families);
   p.out_width = 2 * p.width;
   p.out_plane = input.size(2) * p.k_h * p.out_width;
   if (output.numel() == 0) return;
@@ -231,7 +233,7 @@ inline void conv_transpose_k2_gemm(const at::Tensor& input, const at::Tensor& we
   at::Tensor prepared = at::empty({p.k, p.m_rows}, w.options());
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const int64_t prep_blocks =
-      std::min<int64_t>((prepared.numel() + k2_gemm::kThreads - 1) / k2_gemm::kThreads, multiprocessor_count() * 8);
+      std::min<int64_t>(ceil_div<int64_t>(prepared.numel(), k2_gemm::kThreads), multiprocessor_count() * 8);
   k2_gemm::prepare_weight_kernel<float><<<static_cast<unsigned>(prep_blocks), k2_gemm::kThreads, 0, stream>>>(
       w.const_data_ptr<float>(), prepared.mutable_data_ptr<float>(), p.k, p.m_rows, p.families);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -240,7 +242,7 @@ inline void conv_transpose_k2_gemm(const at::Tensor& input, const at::Tensor& we
   p.input = input.const_data_ptr<float>();
   p.bias = bias_c.defined() ? bias_c.const_data_ptr<float>() : nullptr;
   p.out = output.mutable_data_ptr<float>();
-  const dim3 grid(static_cast<unsigned>((p.pixels + k2_gemm::kPixels - 1) / k2_gemm::kPixels),
+  const dim3 grid(static_cast<unsigned>(ceil_div<int64_t>(p.pixels, k2_gemm::kPixels)),
                   static_cast<unsigned>(p.m_rows / k2_gemm::kRows), static_cast<unsigned>(input.size(0)));
   const auto kernel = k2_gemm::conv_transpose_k2_gemm_kernel<float>;
   allow_dynamic_shared_memory(kernel, k2_gemm::kSharedBytes);

@@ -314,9 +314,9 @@ inline void shuffle_pixel_major_taps_add_bias(const at::Tensor& products, const 
   s.out_height_width = in_size[1] * kernel[1] * s.out_width;
   s.out_plane = in_size[0] * kernel[0] * s.out_height_width;
   if (output.numel() == 0) return;
-  const int64_t tiles = pixel_major_shuffle_tiles(output.size(0), s.pixels, s.channels, s.taps);
-  TORCH_INTERNAL_ASSERT(tiles <= std::numeric_limits<int>::max());
   const tap_shuffle::PixelMajorTiles t = tap_shuffle::pixel_major_tiles(s.pixels, s.channels, s.taps);
+  const int64_t tiles = output.size(0) * t.pixel_tiles * t.channel_tiles;  // pixel_major_shuffle_tiles
+  TORCH_INTERNAL_ASSERT(tiles <= std::numeric_limits<int>::max());
   s.pixel_tiles = static_cast<unsigned>(t.pixel_tiles);
   s.channel_tiles = static_cast<unsigned>(t.channel_tiles);
   const std::optional<at::Tensor> bias_c = tap_shuffle::contiguous_bias(bias);
