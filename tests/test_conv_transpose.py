@@ -183,20 +183,30 @@ NONFINITE_MODES = [(torch.float32, True), (torch.float32, False), (torch.bfloat1
                    (torch.float64, None)]
 
 
+# The same for stride 1 (the CUDA shift kernel, csrc/cuda/conv_transpose_shift_gemm.cuh, whose zero-filled bricks
+# meet every tap at the output's edges): tap (kh 0, kw 0) of channel 0 -> 0 reaches real elements at outputs (0..2,
+# 0..3) and the zeros elsewhere; outputs reached by +Inf and -Inf taps alike are NaN, by one of them +-Inf.
+NONFINITE_STRIDE_ONE = (Case(2, 2, 2, (3, 4), (2, 3), (1, 1), (0, 0), (0, 0), (1, 1)),
+                        {(0, 0, 0, 0): float("inf"), (1, 0, 1, 2): float("-inf"), (0, 1, 1, 1): float("nan")},
+                        {(0, 0, 1, 1): 0.0, (1, 1, 0, 0): float("inf")})
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dims", [2, 3])
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
 @pytest.mark.parametrize("dtype,tf32", NONFINITE_MODES, ids=["tf32", "fp32", "bf16", "fp16", "fp64"])
-def test_nonfinite_weights_propagate_as_in_aten(device, dims, layout, dtype, tf32):
+@pytest.mark.parametrize("geometry", ["phases", "stride_one"])
+def test_nonfinite_weights_propagate_as_in_aten(device, dims, layout, dtype, tf32, geometry):
     """NaN, +Inf and -Inf exactly where float64 ATen has them, and the finite values within tolerance."""
     if device == "cpu" and tf32:
         pytest.skip("TF32 is a CUDA mode")
     from test_fuzz import compare  # not at the top: test_fuzz imports this module through fuzz_configs
-    case = NONFINITE_CASE
-    taps, inputs = NONFINITE_TAPS, NONFINITE_INPUTS
-    if dims == 3:  # a leading depth of 2 through kernel 2, stride 2: every depth tap meets real elements only
+    case, taps, inputs = ((NONFINITE_CASE, NONFINITE_TAPS, NONFINITE_INPUTS) if geometry == "phases"
+                          else NONFINITE_STRIDE_ONE)
+    if dims == 3:  # a leading depth of 2 through kernel 2, stride 2 (every depth tap meets real elements only) or 1
+        depth_stride = 2 if geometry == "phases" else 1
         case = Case(case.batch, case.in_channels, case.out_channels, (2, *case.spatial), (2, *case.kernel),
-                    (2, *case.stride), (0, *case.padding), (0, *case.output_padding), (1, *case.dilation))
+                    (depth_stride, *case.stride), (0, *case.padding), (0, *case.output_padding), (1, *case.dilation))
         taps = {(ci, co, 1, *k): v for (ci, co, *k), v in taps.items()}
         inputs = {(n, c, 0, *i): v for (n, c, *i), v in inputs.items()}
     ours, aten, _ = OPS[dims]
@@ -218,6 +228,89 @@ def test_nonfinite_weights_propagate_as_in_aten(device, dims, layout, dtype, tf3
         assert mask(expected).any(), f"the case must reach {name} outputs"
     compare(y, expected, dtype, tf32_accumulation_tolerance(case, rounded), None)
     assert_output_layout(y, x)
+
+
+# Stride 1, dilation 1, one group: on CUDA (compute capability 9.0) the wgmma shift kernel serves these in TF32,
+# bf16 and fp16 where the input's rows load as vectors (csrc/cuda/conv_transpose_shift_gemm.cuh). Its edges: both
+# channel tiles (24 and 64) and C_out past one tile (70: two blocks of 64), C_in that ends in a part k-step (19, 5)
+# and several k-steps (48, 64), bricks that start 0-3 columns before the tile's first input column (the kernel width
+# and padding set it), paddings past kernel - 1 (the brick then starts inside the input), output rows wider than one
+# tile (306: tiles of balanced widths), the seeds' 3x3x3 and 3x7 kernels and a 5x1 kernel. Odd widths and a 1 x 1
+# input (rows that do not load as vectors) take the mma.sync kernel.
+STRIDE_ONE = {"seed3d_shape": Case(2, 48, 24, (5, 7, 12), (3, 3, 3), (1,) * 3, (0,) * 3, (0,) * 3, (1,) * 3),
+              "seed2d_wide": Case(1, 64, 64, (6, 300), (3, 7), (1, 1), (0, 0), (0, 0), (1, 1), bias=False),
+              "two_channel_blocks": Case(2, 19, 70, (9, 12), (3, 2), (1, 1), (1, 0), (0, 0), (1, 1)),
+              "padding_past_kernel": Case(1, 5, 3, (7, 8), (2, 3), (1, 1), (2, 3), (0, 0), (1, 1)),
+              "tall_kernel": Case(1, 8, 24, (20, 4), (5, 1), (1, 1), (0, 0), (0, 0), (1, 1)),
+              "odd_width_3d": Case(1, 9, 17, (3, 5, 13), (2, 3, 4), (1,) * 3, (1, 0, 1), (0,) * 3, (1,) * 3),
+              "one_input_pixel": Case(3, 20, 8, (1, 1), (2, 1), (1, 1), (0, 0), (0, 0), (1, 1))}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(STRIDE_ONE))
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [*DTYPES, torch.float64])
+def test_stride_one_matches_aten(device, name, layout, dtype):
+    if dtype == torch.float32 and device == "cuda":
+        for tf32 in (True, False):
+            check_against_aten(STRIDE_ONE[name], dtype, device, layout, tf32)
+    else:
+        check_against_aten(STRIDE_ONE[name], dtype, device, layout)
+
+
+def takes_shift_kernel(case: Case, x: torch.Tensor, tf32: bool) -> bool:
+    """Whether CUDA runs the wgmma shift kernel (shift_gemm::applies): stride 1, dilation 1, one group, TF32 or
+    16-bit, compute capability 9.0, and rows that load as 4-column vectors (shift_gemm::vectors_fit: contiguous rows,
+    the other strides multiples of 4, the data aligned to the vector). (No case here has a 1 x 1 .. kernel, which
+    the GEMM path takes.)"""
+    eligible = (all(s == 1 for s in case.stride) and all(d == 1 for d in case.dilation) and case.groups == 1
+                and torch.cuda.get_device_capability() == (9, 0))
+    mode = (x.dtype == torch.float32 and tf32) or x.dtype in (torch.bfloat16, torch.float16)
+    sizes, strides = x.shape, x.stride()
+    rows = strides[-1] == 1 or sizes[-1] == 1
+    aligned = (x.data_ptr() % (4 * x.element_size()) == 0
+               and all(st % 4 == 0 for sz, st in zip(sizes[:-1], strides[:-1]) if sz > 1))
+    return eligible and mode and rows and aligned
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", sorted(STRIDE_ONE))
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.float32, False), (torch.bfloat16, False),
+                                        (torch.float16, False)], ids=["tf32", "fp32", "bf16", "fp16"])
+def test_cuda_stride_one_runs_the_shift_kernel(name, layout, dtype, tf32):
+    """The forced convops path runs the shift kernel exactly where it applies (results: the test above)."""
+    case = STRIDE_ONE[name]
+    x, w, b = case.tensors(dtype, "cuda", layout)
+    with allow_tf32(tf32):
+        ran = cuda_kernels_run(lambda: OPS[case.dims][0](x, w, b, **case.params()))
+    shift = any("conv_transpose_shift_gemm_kernel<" in k for k in ran)
+    assert shift == takes_shift_kernel(case, x, tf32), ran
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [*DTYPES, torch.float64])
+@pytest.mark.parametrize("width", [13, 14, 15])
+def test_stride_one_rows_padded_past_the_width(device, dtype, width):
+    """Rows of a wider allocation (strides multiples of 4, widths that are not): the shift kernel loads the last
+    columns of each row element by element, and nothing past them."""
+    case = Case(2, 10, 6, (5, width), (3, 4), (1, 1), (1, 1), (0, 0), (1, 1))
+    wide = make_tensor((2, 10, 5, 16), dtype, device)
+    x = wide[..., :width]
+    _, w, b = case.tensors(dtype, device)
+    ours, aten, _ = OPS[2]
+    for tf32 in ((True, False) if dtype == torch.float32 and device == "cuda" else (None,)):
+        with allow_tf32(torch.backends.cudnn.allow_tf32 if tf32 is None else tf32):
+            poison_allocator(device, case.output_numel() * x.element_size())
+            ran = cuda_kernels_run(lambda: ours(x, w, b, **case.params())) if device == "cuda" else set()
+            y = ours(x, w, b, **case.params())
+            rounded = tf32_active(x)
+        expected = reference(lambda x, w: aten(x, w, b.detach().cpu().double(), **case.params()), x, w,
+                             tf32_inputs=rounded)
+        assert_close(y, expected, dtype, **tf32_accumulation_tolerance(case, rounded))
+        if device == "cuda":
+            shift = any("conv_transpose_shift_gemm_kernel<" in k for k in ran)
+            assert shift == takes_shift_kernel(case, x, bool(tf32)), ran
 
 
 # Kernels equal to their strides, no padding, dilation 1, one group (UNet's 2x2 stride-2 upsampling): every input

@@ -164,6 +164,24 @@ def cases():
             yield stride_two(f"few pixels {tag}", xf, wf, bf, tol[dtype])
             xf3, wf3 = rand(2, 6, 2, 3, 3, dtype=dtype), rand(6, 9, 2, 2, 2, dtype=dtype)
             yield stride_two(f"few pixels {tag}", xf3, wf3, bf[:9], tol[dtype])
+        # Stride 1 on rows that load as vectors: the wgmma shift kernel (TF32, bf16, fp16; csrc/cuda/
+        # conv_transpose_shift_gemm.cuh), the seeds' kernels at small size: 3-D C_out 24 over three k-steps, 2-D
+        # C_out 64 with an output row split in tiles; then C_out 70 (two channel blocks) and rows padded past an odd
+        # width (their last columns loaded element by element).
+        if layout == "contiguous":
+            xs3, ws3, bs3 = rand(2, 48, 5, 7, 12, dtype=dtype), rand(48, 24, 3, 3, 3, dtype=dtype), rand(24, dtype=dtype)
+            xs2, ws2 = rand(1, 64, 4, 400, dtype=dtype), rand(64, 64, 3, 7, dtype=dtype)
+            xs70, ws70 = rand(2, 19, 9, 12, dtype=dtype), rand(19, 70, 3, 2, dtype=dtype)
+            xsp = rand(2, 10, 5, 16, dtype=dtype)[..., :13]
+            wsp = rand(10, 6, 3, 4, dtype=dtype)
+            for name, xi, wi, bi, pad in (("3d seed-like", xs3, ws3, bs3, 0), ("2d seed-like", xs2, ws2, None, 0),
+                                          ("two channel blocks", xs70, ws70, None, (1, 0)),
+                                          ("padded rows", xsp, wsp, None, 1)):
+                dims = xi.dim() - 2
+                ours, aten = getattr(torch.ops.convops, f"conv_transpose{dims}d"), getattr(F, f"conv_transpose{dims}d")
+                yield (f"conv_transpose shift kernel {name} {tag}",
+                       lambda ours=ours, xi=xi, wi=wi, bi=bi, pad=pad: ours(xi, wi, bi, 1, pad, 0, 1, 1),
+                       lambda aten=aten, xi=xi, wi=wi, bi=bi, pad=pad: aten(xi, wi, bi, 1, pad, 0, 1, 1), tol[dtype])
         wc = rand(8, 6, 3, 3, dtype=dtype)
         bc = rand(8, dtype=dtype)
         gamma, beta, scale = rand(8, dtype=dtype), rand(8, dtype=dtype), rand(8, 1, 1, dtype=dtype)

@@ -21,6 +21,7 @@
 #include "cuda/conv_transpose_gemm.cuh"
 #include "cuda/conv_transpose_implicit_gemm.cuh"
 #include "cuda/conv_transpose_nonfinite.cuh"
+#include "cuda/conv_transpose_shift_gemm.cuh"
 #include "cuda/device_info.h"
 #include "cuda/path_choice.cuh"
 
@@ -38,13 +39,29 @@ int log2_exact(int64_t v) {
   return l;
 }
 
+// A prepared weight (contiguous) as the kernels multiply it. TF32: RN-rounded here once. Non-finite entries become
+// finite (+-Inf -> +-tiny, NaN -> 0): the zeros around the input must not turn them into NaN, and
+// conv_transpose_nonfinite_weight_kernel adds their real terms afterwards (conv_transpose_nonfinite.cuh).
+at::Tensor finite_operands(at::Tensor w, bool tf32) {
+  if (tf32) {
+    // cuda::tf32_bits on the bits: round to nearest, ties to even. What is or rounds to non-finite (|w| near
+    // FLT_MAX; a NaN of low payload comes out as Inf) is made finite by nan_to_num below; the correction kernel
+    // rounds the original entries with tf32_bits itself and so adds those very taps.
+    const at::Tensor bits = w.view(at::kInt);
+    const at::Tensor half_ulp = at::bitwise_and(at::bitwise_right_shift(bits, 13), 1) + 0xFFF;
+    w = at::bitwise_and(bits + half_ulp, ~0x1FFF).view(at::kFloat);
+  }
+  // The smallest normal number of the dtype (exact in TF32 too): x * tiny of a finite x stays far from overflow,
+  // and +-Inf * +-tiny is the infinity +-Inf * +-Inf would give.
+  const double tiny = w.scalar_type() == at::kHalf ? 0x1p-14 : static_cast<double>(std::numeric_limits<float>::min());
+  return at::nan_to_num(w, 0.0, tiny, -tiny);
+}
+
 // (G, KD, KH, KW, cin_words, cout_pad) words: per group and tap, a [channel word][output channel] matrix, zero
 // padded to whole chunks and channel blocks, so the kernel copies whole 16-byte rows without bounds checks; for the
 // tensor cores, (G, KD, KH, KW, cin_words / 8, cout_pad, 8): rows of 8 channel words, each output channel's 8 words
 // together in B-fragment order (conv_transpose_weight_row_words in conv_transpose_implicit_gemm.cuh).
-// TF32: operands RN-rounded here once; bf16/fp16: two consecutive input channels per 32-bit word. Non-finite
-// entries become finite (+-Inf -> +-tiny, NaN -> 0): the zeros around the input must not turn them into NaN, and
-// conv_transpose_nonfinite_weight_kernel adds their real terms afterwards (conv_transpose_nonfinite.cuh).
+// bf16/fp16: two consecutive input channels per 32-bit word. Then finite_operands.
 at::Tensor transform_weight(const at::Tensor& weight5d, int64_t groups, int64_t channels_per_word, int64_t cin_words,
                             int64_t cout_pad, bool tensor_core, bool tf32) {
   const int64_t cin_g = weight5d.size(0) / groups, cout_g = weight5d.size(1);
@@ -66,19 +83,7 @@ at::Tensor transform_weight(const at::Tensor& weight5d, int64_t groups, int64_t 
     if (channels_per_word == 2) order.push_back(8);
     w = w.reshape(sizes).permute(order);
   }
-  w = w.contiguous();
-  if (tf32) {
-    // cuda::tf32_bits on the bits: round to nearest, ties to even. What is or rounds to non-finite (|w| near
-    // FLT_MAX; a NaN of low payload comes out as Inf) is made finite by nan_to_num below; the correction kernel
-    // rounds the original entries with tf32_bits itself and so adds those very taps.
-    const at::Tensor bits = w.view(at::kInt);
-    const at::Tensor half_ulp = at::bitwise_and(at::bitwise_right_shift(bits, 13), 1) + 0xFFF;
-    w = at::bitwise_and(bits + half_ulp, ~0x1FFF).view(at::kFloat);
-  }
-  // The smallest normal number of the dtype (exact in TF32 too): x * tiny of a finite x stays far from overflow,
-  // and +-Inf * +-tiny is the infinity +-Inf * +-Inf would give.
-  const double tiny = w.scalar_type() == at::kHalf ? 0x1p-14 : static_cast<double>(std::numeric_limits<float>::min());
-  return at::nan_to_num(w, 0.0, tiny, -tiny);
+  return finite_operands(w.contiguous(), tf32);
 }
 
 struct Tiling {
@@ -254,6 +259,97 @@ void launch_tensor_core(const ConvTransposeParams& p, const at::Tensor& weight5d
   return launch<Math, 256, 32>(p, weight5d, tf32);
 }
 
+// The shift kernel's weight (conv_transpose_shift_gemm.cuh): per channel block and k-step, the taps flipped
+// (tap j multiplies kernel entry K - 1 - j), each a wgmma B operand of n_tile rows x 32 bytes: (co_blocks, k_steps,
+// taps, n_tile / 8, 2 channel groups, 8 rows, channels of a group), zero past C_in and C_out.
+at::Tensor prepare_shift_weight(const at::Tensor& weight5d, int n_tile, int co_blocks, int k_steps, bool tf32) {
+  const int64_t group = cuda::shift_gemm::kGroupBytes / weight5d.element_size();  // channels a 16-byte group
+  const int64_t cin = weight5d.size(0), cout = weight5d.size(1);
+  const int64_t taps = weight5d.size(2) * weight5d.size(3) * weight5d.size(4);
+  at::Tensor w = at::constant_pad_nd(weight5d.flip({2, 3, 4}),
+                                     {0, 0, 0, 0, 0, 0, 0, co_blocks * n_tile - cout, 0, k_steps * 2 * group - cin});
+  w = w.reshape({k_steps, 2, group, co_blocks, n_tile / 8, 8, taps}).permute({3, 0, 6, 4, 1, 5, 2});
+  return finite_operands(w.contiguous(), tf32);
+}
+
+template <class Math>
+void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d, bool tf32) {
+  namespace sg = cuda::shift_gemm;
+  constexpr int kElementBytes = sizeof(typename Math::Input);
+  const int n_tile = sg::channel_tile(cp.cout_g);
+  const int k_steps = cuda::ceil_div(cp.cin_g * kElementBytes, sg::kStepBytes);
+  const int sms = cuda::multiprocessor_count();
+  const sg::Plan plan = sg::choose_plan(cp, n_tile, k_steps, cuda::max_shared_memory_per_block(), sms);
+  sg::Params p{};
+  p.input = cp.input;
+  p.bias = cp.bias;
+  p.output = cp.output;
+  for (int i = 0; i < 5; ++i) {
+    p.in_stride[i] = cp.in_stride[i];
+    p.out_stride[i] = cp.out_stride[i];
+  }
+  for (int d = 0; d < 3; ++d) {
+    p.in_size[d] = cp.in_size[d];
+    p.out_size[d] = cp.out_size[d];
+    p.kernel[d] = cp.kernel[d];
+    p.shift[d] = cp.kernel[d] - 1 - cp.padding[d];
+  }
+  p.cin = cp.cin_g;
+  p.cout = cp.cout_g;
+  p.k_steps = k_steps;
+  p.taps = cp.kernel[0] * cp.kernel[1] * cp.kernel[2];
+  p.tile_h = plan.tile_h;
+  p.tile_w = plan.tile_w;
+  p.brick_h = plan.brick_h;
+  p.brick_w = plan.brick_w;
+  p.skew = plan.skew;
+  p.brick_pixels = plan.brick_pixels;
+  p.units = plan.units;
+  p.blocks_div = cuda::FastDivmod(cuda::ceil_div(plan.brick_w, 4));
+  p.brick_h_div = cuda::FastDivmod(plan.brick_h);
+  p.weight_step_bytes = p.taps * n_tile * sg::kStepBytes;
+  p.stage_bytes = plan.stage_bytes;
+  p.tiles_h = plan.tiles_h;
+  p.tiles_w = plan.tiles_w;
+  p.co_blocks = cuda::ceil_div(cp.cout_g, n_tile);
+  p.total_tiles = static_cast<int64_t>(cp.batch) * cp.out_size[0] * p.tiles_h * p.tiles_w * p.co_blocks;
+  p.brick_w_div = cuda::FastDivmod(plan.brick_w);
+  const at::Tensor weight = prepare_shift_weight(weight5d, n_tile, p.co_blocks, k_steps, tf32);
+  p.weight = weight.data_ptr();
+
+  const auto run = [&](auto kernel) {
+    const int shared = 2 * p.stage_bytes;
+    cuda::allow_dynamic_shared_memory(kernel, shared);
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(p.total_tiles, sms));
+    kernel<<<grid, sg::kThreads, shared, c10::cuda::getCurrentCUDAStream()>>>(p);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  const int mb = plan.row_blocks;
+  if (n_tile == 24) {
+    if (mb == 2) run(sg::conv_transpose_shift_gemm_kernel<Math, 24, 2>);
+    else if (mb == 4) run(sg::conv_transpose_shift_gemm_kernel<Math, 24, 4>);
+    else run(sg::conv_transpose_shift_gemm_kernel<Math, 24, 6>);
+  } else {
+    if (mb == 1) run(sg::conv_transpose_shift_gemm_kernel<Math, 64, 1>);
+    else if (mb == 2) run(sg::conv_transpose_shift_gemm_kernel<Math, 64, 2>);
+    else run(sg::conv_transpose_shift_gemm_kernel<Math, 64, 3>);
+  }
+  launch_nonfinite_weight_correction<Math>(cp, weight5d);
+}
+
+// Tensor cores: the wgmma shift kernel where it applies (stride 1, dilation 1, one group), else the mma.sync
+// implicit GEMM.
+template <class Math>
+void launch_tensor_core_path(const ConvTransposeParams& p, const at::Tensor& input5d, const at::Tensor& weight5d,
+                             bool tf32) {
+  int64_t sizes[5];
+  for (int i = 0; i < 5; ++i) sizes[i] = input5d.size(i);
+  if (cuda::shift_gemm::applies(p, static_cast<int>(sizeof(typename Math::Input)), sizes)) {
+    return launch_shift_gemm<Math>(p, weight5d, tf32);
+  }
+  launch_tensor_core<Math>(p, weight5d, tf32);
+}
+
 at::Tensor conv_transpose_kernel_path(const char* op, const at::Tensor& input, const at::Tensor& weight,
                                       const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args) {
   const int64_t sd = args.spatial_dims;
@@ -311,7 +407,7 @@ at::Tensor conv_transpose_kernel_path(const char* op, const at::Tensor& input, c
   switch (input.scalar_type()) {
     case at::kFloat:
       if (conv_allows_tf32(input)) {
-        launch_tensor_core<cuda::Tf32Mma>(p, weight5d, /*tf32=*/true);
+        launch_tensor_core_path<cuda::Tf32Mma>(p, input5d, weight5d, /*tf32=*/true);
       } else {
         launch<cuda::Fma<float>, 256, 32>(p, weight5d, false);
       }
@@ -320,10 +416,10 @@ at::Tensor conv_transpose_kernel_path(const char* op, const at::Tensor& input, c
       launch<cuda::Fma<double>, 128, 32>(p, weight5d, false);
       break;
     case at::kBFloat16:
-      launch_tensor_core<cuda::Bf16Mma>(p, weight5d, false);
+      launch_tensor_core_path<cuda::Bf16Mma>(p, input5d, weight5d, false);
       break;
     case at::kHalf:
-      launch_tensor_core<cuda::F16Mma>(p, weight5d, false);
+      launch_tensor_core_path<cuda::F16Mma>(p, input5d, weight5d, false);
       break;
     default:
       CONVOPS_CHECK(op, false, "unsupported dtype ", input.scalar_type());

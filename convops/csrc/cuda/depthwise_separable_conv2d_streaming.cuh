@@ -658,17 +658,6 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
 #endif
 }
 
-// Whether the loaded machine code of this extension has wgmma: setup.py defines CONVOPS_SM90A_CODE where it builds
-// sm_90a, whose code the driver loads on compute capability 9.0 only.
-inline bool runs_here() {
-#if defined(CONVOPS_SM90A_CODE)
-  return device_attribute<cudaDevAttrComputeCapabilityMajor>() == 9 &&
-         device_attribute<cudaDevAttrComputeCapabilityMinor>() == 0;
-#else
-  return false;
-#endif
-}
-
 // CONVOPS_SEPARABLE_KERNEL=tile turns this kernel off (read once), for timing it against the tile kernel; the env
 // CONVOPS_STREAM_CTAS and CONVOPS_STREAM_SLOTS cap the grid and the ring depth, for tests and tuning.
 inline bool enabled() {
@@ -742,7 +731,7 @@ bool launch_separable_streaming(const at::Tensor& input, const at::Tensor& dw_we
   if constexpr (std::is_same_v<scalar_t, double>) {
     return false;
   } else {
-    if (!enabled() || !runs_here()) return false;
+    if (!enabled() || !wgmma::runs_here()) return false;
     if (!fused_kernel_applies<scalar_t>(input, output, d, pw_weight.size(0), dry_run)) return false;
     // 16-byte vectors (fp32) and the output's tensor map (16-bit) need a 16-byte aligned base.
     if (!dry_run && reinterpret_cast<uintptr_t>(output.const_data_ptr()) % 16 != 0) return false;

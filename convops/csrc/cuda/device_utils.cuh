@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 #include <cstdint>
+#include <type_traits>
 
 namespace convops {
 namespace cuda {
@@ -175,6 +176,59 @@ __device__ __forceinline__ void store_vector_if(bool store, uint4* dst, const ui
           static_cast<int>(store)),
       "l"(dst), "r"(value.x), "r"(value.y), "r"(value.z), "r"(value.w)
       : "memory");
+}
+
+// *dst = value where `store` holds, for one 4- or 2-byte element, as one predicated instruction: a kernel whose
+// epilogue reads wgmma accumulators must not read them on a divergent path (ptxas then serializes its wgmma, warning
+// C7520), and a branch around each store is one.
+template <typename T>
+__device__ __forceinline__ void store_if(bool store, T* dst, T value) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 2, "4- or 2-byte elements");
+  if constexpr (sizeof(T) == 4) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p st.global.b32 [%1], %2;\n}\n" ::"r"(
+                     static_cast<int>(store)),
+                 "l"(dst), "r"(*reinterpret_cast<const uint32_t*>(&value))
+                 : "memory");
+  } else {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p st.global.b16 [%1], %2;\n}\n" ::"r"(
+                     static_cast<int>(store)),
+                 "l"(dst), "h"(*reinterpret_cast<const unsigned short*>(&value))
+                 : "memory");
+  }
+}
+
+// *src (read-only data, through the non-coherent path) where `load` holds, else 0, as one predicated instruction:
+// written with branches around them, a thread's loads need not all be in flight before the first result is used.
+template <typename T>
+__device__ __forceinline__ T load_or_zero(bool load, const void* src) {
+  if constexpr (std::is_same_v<T, uint4>) {
+    uint4 v;
+    asm("{\n .reg .pred p;\n setp.ne.b32 p, %4, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n"
+        " mov.b32 %3, 0;\n @p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%5];\n}\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "r"(static_cast<int>(load)), "l"(src));
+    return v;
+  } else if constexpr (std::is_same_v<T, uint2>) {
+    uint2 v;
+    asm("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n"
+        " @p ld.global.nc.v2.u32 {%0, %1}, [%3];\n}\n"
+        : "=r"(v.x), "=r"(v.y)
+        : "r"(static_cast<int>(load)), "l"(src));
+    return v;
+  } else if constexpr (std::is_same_v<T, uint32_t>) {
+    uint32_t v;
+    asm("{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n mov.b32 %0, 0;\n @p ld.global.nc.u32 %0, [%2];\n}\n"
+        : "=r"(v)
+        : "r"(static_cast<int>(load)), "l"(src));
+    return v;
+  } else {
+    static_assert(std::is_same_v<T, uint16_t>, "a 16-, 8-, 4- or 2-byte load");
+    unsigned short v;
+    asm("{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n mov.b16 %0, 0;\n @p ld.global.nc.u16 %0, [%2];\n}\n"
+        : "=h"(v)
+        : "r"(static_cast<int>(load)), "l"(src));
+    return v;
+  }
 }
 
 // D += A * B on one warp, m16n8k8, TF32 operands, fp32 accumulators (PTX ISA "mma.sync ... .tf32").

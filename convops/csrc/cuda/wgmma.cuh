@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "cuda/device_info.h"
 #include "cuda/device_utils.cuh"
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -26,6 +27,18 @@
 namespace convops {
 namespace cuda {
 namespace wgmma {
+
+// Whether the machine code this extension loads on the current device has wgmma (host code; a kernel that needs it
+// runs only where this holds): setup.py defines CONVOPS_SM90A_CODE where it builds sm_90a, whose code the driver
+// loads on compute capability 9.0 only.
+inline bool runs_here() {
+#if defined(CONVOPS_SM90A_CODE)
+  return device_attribute<cudaDevAttrComputeCapabilityMajor>() == 9 &&
+         device_attribute<cudaDevAttrComputeCapabilityMinor>() == 0;
+#else
+  return false;
+#endif
+}
 
 constexpr int kCoreRows = 8, kCoreBytes = 128, kStepBytes = 32;  // a core matrix; K bytes a row an instruction takes
 
@@ -207,6 +220,50 @@ __device__ __forceinline__ void mma_m64n64k16(float (&acc)[32], uint64_t a, uint
   }
 #endif
 }
+
+// The 12 accumulator operands of an m64n24 instruction.
+#define CONVOPS_WGMMA_ACC12(a)                                                                                     \
+  "+f"(a[0]), "+f"(a[1]), "+f"(a[2]), "+f"(a[3]), "+f"(a[4]), "+f"(a[5]), "+f"(a[6]), "+f"(a[7]), "+f"(a[8]),      \
+      "+f"(a[9]), "+f"(a[10]), "+f"(a[11])
+
+#define CONVOPS_WGMMA_D12 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}"
+
+// acc (64 x 24) = A (64 x 8, TF32) * B (8 x 24, TF32) + (accumulate ? acc : 0), as mma_m64n128k8_tf32 for N = 24.
+__device__ __forceinline__ void mma_m64n24k8_tf32(float (&acc)[12], uint64_t a, uint64_t b, bool accumulate) {
+#if CONVOPS_HAS_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n24k8.f32.tf32.tf32 " CONVOPS_WGMMA_D12 ", %12, %13, p, 1, 1;\n}\n"
+      : CONVOPS_WGMMA_ACC12(acc)
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
+      : "memory");
+#endif
+}
+
+// The same for 16-bit operands (K = 16), bf16 or fp16 as kBf16 says.
+template <bool kBf16>
+__device__ __forceinline__ void mma_m64n24k16(float (&acc)[12], uint64_t a, uint64_t b, bool accumulate) {
+#if CONVOPS_HAS_WGMMA
+  if constexpr (kBf16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 " CONVOPS_WGMMA_D12 ", %12, %13, p, 1, 1, 0, 0;\n}\n"
+        : CONVOPS_WGMMA_ACC12(acc)
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
+        : "memory");
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 " CONVOPS_WGMMA_D12 ", %12, %13, p, 1, 1, 0, 0;\n}\n"
+        : CONVOPS_WGMMA_ACC12(acc)
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
+        : "memory");
+  }
+#endif
+}
+
+#undef CONVOPS_WGMMA_D12
+#undef CONVOPS_WGMMA_ACC12
 
 #undef CONVOPS_WGMMA_D32
 #undef CONVOPS_WGMMA_ACC32

@@ -1,0 +1,471 @@
+// convops::conv_transpose2d / conv_transpose3d with stride 1, dilation 1 and one group (the KernelBench L1-65 and
+// L1-70 seeds) on Hopper's warpgroup MMA, TF32 (operands rounded to nearest, as cuDNN rounds them), bf16 or fp16.
+//
+// With stride 1 a transposed convolution is a correlation with the flipped kernel over the input padded by
+// K - 1 - padding: out[o] = sum_j in[o - shift + j] W[K - 1 - j] per dimension (shift = K - 1 - padding). A block
+// computes a tile of one output plane d: tile_h rows x tile_w columns, for N output channels. It brings the input
+// brick that tile needs (K_d planes x brick_h rows x brick_w columns, zero outside the input) into shared memory
+// once per k-step of channels, and every tap then reads that brick at a constant offset:
+//
+//   The brick is K-major for wgmma without swizzling: [channel group][pixel][16 bytes of channels] (4 fp32 or 8
+//   16-bit channels a group; two groups make one k-step of 32 bytes a pixel). Pixels are numbered flat over the
+//   brick, (z * brick_h + y) * brick_w + x, and the tile's outputs too: output (row r, column c) is GEMM row
+//   m = r * brick_w + c. Output m and tap (j_d, j_h, j_w) then read brick pixel m + (j_d * brick_h + j_h) * brick_w
+//   + j_w: the same shift for all rows, so the tap's A operand is the brick itself, its descriptor's start address
+//   moved by 16 bytes a pixel. Rows whose column c is tile_w or more (the last K_w - 1 of each brick row) and rows
+//   past the tile compute values nobody stores: the price of one copy of the brick serving all taps.
+//
+// (kernels-research.md section 2 derives this design: with N = C_out = 24 an im2col GEMM would move 39 GB from L2.)
+//
+// Where the time goes (L1-70 seed, batch 8, H200, 2026-11-27 16:4x-17:0x UTC, parts of the kernel switched off in
+// turn): TF32 5.00 ms in all, 3.35 with the MMAs alone, 3.24 with the loads alone; bf16 3.00 / 1.80 / 2.02. The MMAs
+// run at ~41 cycles an m64n24k8 instruction (ncu: tensor pipe 31% busy, issue 43%): small-N wgmma is far from the
+// tensor cores' rate, and N is C_out. bench/PERF_NOTES.md has the rest.
+//
+// Pipeline: two shared-memory stages. A k-step's brick is loaded into registers as vectors of 4 columns of one
+// channel (load_units: the input is NCHW, so a pixel's 16-byte row of channels gathers 4 or 8 planes), transposed,
+// rounded to TF32 where it applies and stored into its stage while the previous k-step's MMAs run; the weights come
+// by cp.async. Blocks are persistent and walk their tiles' k-steps as one stream, so the next tile's first loads
+// overlap this tile's last MMAs; the accumulators go from registers straight to the output (a warp store writes 8
+// consecutive pixels of 4 channels), bias added.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "cuda/conv_transpose_math.cuh"
+#include "cuda/conv_transpose_params.cuh"
+#include "cuda/device_info.h"
+#include "cuda/device_utils.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace convops {
+namespace cuda {
+namespace shift_gemm {
+
+constexpr int kWarpgroups = 2;
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kStepBytes = 32;   // a pixel's channels of one k-step: two 16-byte groups
+constexpr int kGroupBytes = 16;  // a core matrix row
+constexpr int kMaxTileRows = 16;
+
+struct Params {
+  const void* input;   // (N, C_in, D, H, W) (2-D calls come with D = 1), strides as vectors_fit says
+  const void* weight;  // prepared: (co_blocks, k_steps, taps, N / 8, 2, 8, 16 bytes), see prepare_weight
+  const void* bias;    // (C_out) or null
+  void* output;        // (N, C_out, OD, OH, OW), any strides
+  int64_t in_stride[5], out_stride[5];
+  int in_size[3], out_size[3], kernel[3];
+  int shift[3];  // kernel - 1 - padding: input coordinate = output coordinate - shift + tap
+  int cin, cout;
+  int k_steps, taps;
+  int tile_h, tile_w;
+  int brick_h, brick_w;   // brick rows and columns (the first `skew` columns before the first one the tile reads)
+  int skew;               // (-shift[2]) mod 4: the brick starts at a multiple of 4 (load_units)
+  int brick_pixels;       // pixels of one channel group's plane, past the brick where the tile's rows read further
+  int units;              // load_units' units of a k-step: 2 groups x K_d brick_h rows x column blocks
+  FastDivmod blocks_div;   // column blocks of 4 a brick row
+  FastDivmod brick_h_div;
+  int weight_step_bytes;  // the weights of one k-step: taps x N x 32 bytes
+  int stage_bytes;        // brick + weights of one k-step
+  int tiles_h, tiles_w, co_blocks;
+  int64_t total_tiles;
+  FastDivmod brick_w_div;  // GEMM row -> (tile row, column)
+};
+
+// A tile: output plane od of image n, rows oh0 .., columns ow0 .., channels co_block * N ...
+struct Tile {
+  int n, od, oh0, ow0, co_block;
+};
+
+__device__ __forceinline__ Tile tile_at(const Params& p, int64_t index) {
+  Tile t;
+  t.co_block = static_cast<int>(index % p.co_blocks);
+  index /= p.co_blocks;
+  t.ow0 = static_cast<int>(index % p.tiles_w) * p.tile_w;
+  index /= p.tiles_w;
+  t.oh0 = static_cast<int>(index % p.tiles_h) * p.tile_h;
+  index /= p.tiles_h;
+  t.od = static_cast<int>(index % p.out_size[0]);
+  t.n = static_cast<int>(index / p.out_size[0]);
+  return t;
+}
+
+// A thread's share of one k-step's brick, loaded into registers while the previous k-step's MMAs run and stored
+// into the brick's K-major layout after them. A unit is 4 brick columns x one 16-byte channel group of one brick row:
+// TF32 loads 4 channels x 16 bytes (4 columns each), 16-bit 8 channels x 8 bytes; it stores 4 pixels x 16 bytes (the
+// 4 x 4 / 8 x 4 transpose happens in registers; TF32 rounds to nearest on the way). Bricks start at an input column
+// that is a multiple of 4 (the vector loads' alignment), `skew` columns before the first one the tile reads.
+// Units a thread: 16 registers each, next to the accumulators (N / 2 x MB registers: 48 at N = 24, up to 96 at 64).
+__host__ __device__ constexpr int max_units(int n_tile) { return n_tile == 24 ? 5 : 3; }
+
+template <int kUnits>
+struct Units {
+  uint32_t word[kUnits][16];  // TF32: [channel][column]; 16-bit: [channel][column pair]
+};
+
+// Unit u: channel group, brick row (z, y) and column block.
+struct UnitPlace {
+  int group, z, y, column;
+};
+
+__device__ __forceinline__ UnitPlace unit_place(const Params& p, int u) {
+  UnitPlace at;
+  int rest;
+  at.column = 4 * p.blocks_div.divmod(u, rest);
+  at.group = rest >= p.kernel[0] * p.brick_h;
+  rest -= at.group * p.kernel[0] * p.brick_h;
+  at.y = p.brick_h_div.divmod(rest, at.z);
+  return at;
+}
+
+// The brick's first input column: a multiple of 4 (tile widths are multiples of 4, so the skew is the problem's).
+__device__ __forceinline__ int brick_column0(const Params& p, const Tile& t) { return t.ow0 - p.shift[2] - p.skew; }
+
+template <class Math, int kUnits>
+__device__ __forceinline__ void load_units(const Params& p, const Tile& t, int step, Units<kUnits>& units) {
+  using Input = typename Math::Input;
+  constexpr int kChannels = 4 * Math::kChannelsPerWord;  // a 16-byte group
+  const Input* in = static_cast<const Input*>(p.input);
+  const int column0 = brick_column0(p, t);
+#pragma unroll
+  for (int i = 0; i < kUnits; ++i) {
+    const int u = threadIdx.x + i * kThreads;
+    const UnitPlace at = unit_place(p, u);
+    const int id = t.od - p.shift[0] + at.z, ih = t.oh0 - p.shift[1] + at.y, iw = column0 + at.column;
+    const bool row = u < p.units && id >= 0 && id < p.in_size[0] && ih >= 0 && ih < p.in_size[1] && iw >= 0 &&
+                     iw < p.in_size[2];
+    const bool whole = iw + 4 <= p.in_size[2];  // else the row's last columns: element by element
+    const int c0 = step * 2 * kChannels + at.group * kChannels;
+    const Input* src = in + static_cast<int64_t>(t.n) * p.in_stride[0] + static_cast<int64_t>(c0) * p.in_stride[1] +
+                       (row ? static_cast<int64_t>(id) * p.in_stride[2] + static_cast<int64_t>(ih) * p.in_stride[3] + iw
+                            : 0);
+    // Straight-line predicated loads: all of a thread's loads go out before the first result is needed.
+#pragma unroll
+    for (int c = 0; c < kChannels; ++c) {
+      const bool ok = row && c0 + c < p.cin;
+      const Input* at_c = src + c * p.in_stride[1];
+      const bool edge = ok && !whole;  // the row's last 1-3 columns, one element at a time
+      if constexpr (Math::kChannelsPerWord == 1) {
+        const uint4 v = load_or_zero<uint4>(ok && whole, at_c);
+        units.word[i][4 * c] = v.x | load_or_zero<uint32_t>(edge, at_c);
+        units.word[i][4 * c + 1] = v.y | load_or_zero<uint32_t>(edge && iw + 1 < p.in_size[2], at_c + 1);
+        units.word[i][4 * c + 2] = v.z | load_or_zero<uint32_t>(edge && iw + 2 < p.in_size[2], at_c + 2);
+        units.word[i][4 * c + 3] = v.w;
+      } else {
+        const uint2 v = load_or_zero<uint2>(ok && whole, at_c);
+        units.word[i][2 * c] = v.x | load_or_zero<uint16_t>(edge, at_c) |
+                               static_cast<uint32_t>(load_or_zero<uint16_t>(edge && iw + 1 < p.in_size[2], at_c + 1))
+                                   << 16;
+        units.word[i][2 * c + 1] = v.y | load_or_zero<uint16_t>(edge && iw + 2 < p.in_size[2], at_c + 2);
+      }
+    }
+  }
+}
+
+// a, b, c, d by i (0-3) without indexing registers (which would put them in local memory).
+__device__ __forceinline__ uint32_t pick(uint32_t a, uint32_t b, uint32_t c, uint32_t d, int i) {
+  return i & 2 ? (i & 1 ? d : c) : (i & 1 ? b : a);
+}
+
+// Each thread stores its units' 4 pixels in a rotated order, (j + lane / 2) % 4 at turn j: then the 8 threads of a
+// quarter warp write 8 distinct 16-byte bank groups (units 4 pixels apart would otherwise meet 4 at a time; ncu, H200,
+// 2026-11-27: 14.5-way conflicts, 73% of the store wavefronts).
+template <class Math, int kUnits>
+__device__ __forceinline__ void store_units(const Params& p, const Units<kUnits>& units, unsigned char* stage) {
+  const int rotation = (threadIdx.x >> 1) & 3;
+#pragma unroll
+  for (int i = 0; i < kUnits; ++i) {
+    const int u = threadIdx.x + i * kThreads;
+    const UnitPlace at = unit_place(p, u);
+    unsigned char* dst = stage + at.group * p.brick_pixels * kGroupBytes +
+                         ((at.z * p.brick_h + at.y) * p.brick_w + at.column) * kGroupBytes;
+    const uint32_t* w = units.word[i];
+#pragma unroll
+    for (int turn = 0; turn < 4; ++turn) {
+      const int j = (turn + rotation) & 3;  // the unit's column
+      uint4 v;
+      if constexpr (Math::kChannelsPerWord == 1) {
+        v = make_uint4(tf32_bits(__uint_as_float(pick(w[0], w[1], w[2], w[3], j))),
+                       tf32_bits(__uint_as_float(pick(w[4], w[5], w[6], w[7], j))),
+                       tf32_bits(__uint_as_float(pick(w[8], w[9], w[10], w[11], j))),
+                       tf32_bits(__uint_as_float(pick(w[12], w[13], w[14], w[15], j))));
+      } else {  // word k: channels 2k, 2k + 1 at column j (half j % 2 of their column pair j / 2)
+        const uint32_t selector = j & 1 ? 0x7632 : 0x5410;
+        const bool second = j & 2;
+        v = make_uint4(__byte_perm(second ? w[1] : w[0], second ? w[3] : w[2], selector),
+                       __byte_perm(second ? w[5] : w[4], second ? w[7] : w[6], selector),
+                       __byte_perm(second ? w[9] : w[8], second ? w[11] : w[10], selector),
+                       __byte_perm(second ? w[13] : w[12], second ? w[15] : w[14], selector));
+      }
+      // The row's last block may pass brick_w: those columns belong to the next row, written by its own unit.
+      if (u < p.units && at.column + j < p.brick_w) *reinterpret_cast<uint4*>(dst + j * kGroupBytes) = v;
+    }
+  }
+}
+
+// The weights of k-step `step` (contiguous in the prepared weight, already in wgmma's layout): 16-byte cp.async.
+__device__ __forceinline__ void copy_weights(const Params& p, const Tile& t, int step, unsigned char* dst) {
+  const unsigned char* src = static_cast<const unsigned char*>(p.weight) +
+                             (static_cast<int64_t>(t.co_block) * p.k_steps + step) * p.weight_step_bytes;
+  for (int v = threadIdx.x; v < p.weight_step_bytes / 16; v += kThreads) cp_async_zfill<16>(dst + 16 * v, src + 16 * v, true);
+}
+
+// acc (64 x N) (+)= A (64 pixels x one k-step) * B (one k-step x N), both in shared memory.
+template <class Math, int N>
+__device__ __forceinline__ void mma(float (&acc)[N / 2], uint64_t a, uint64_t b, bool accumulate) {
+  if constexpr (std::is_same_v<Math, Tf32Mma>) {
+    if constexpr (N == 24) wgmma::mma_m64n24k8_tf32(acc, a, b, accumulate);
+    else wgmma::mma_m64n64k8_tf32(acc, a, b, accumulate);
+  } else {
+    constexpr bool kBf16 = std::is_same_v<Math, Bf16Mma>;
+    if constexpr (N == 24) wgmma::mma_m64n24k16<kBf16>(acc, a, b, accumulate);
+    else wgmma::mma_m64n64k16<kBf16>(acc, a, b, accumulate);
+  }
+}
+
+// Warpgroup wg's MMAs of one k-step: every tap, for its MB blocks of 64 GEMM rows.
+template <class Math, int N, int MB>
+__device__ __forceinline__ void multiply_step(const Params& p, const unsigned char* stage, int column_skew,
+                                              bool first_step, int wg, float (&acc)[MB][N / 2]) {
+  const uint64_t a_rows = wgmma::descriptor(stage, p.brick_pixels * kGroupBytes, wgmma::kCoreBytes);
+  const uint64_t b_taps = wgmma::descriptor(stage + 2 * p.brick_pixels * kGroupBytes, wgmma::kCoreBytes,
+                                            2 * wgmma::kCoreBytes);
+  const int first_row = wg * MB * 64 + column_skew;
+  int tap = 0;
+  for (int jd = 0; jd < p.kernel[0]; ++jd) {
+    for (int jh = 0; jh < p.kernel[1]; ++jh) {
+      const int plane_row = (jd * p.brick_h + jh) * p.brick_w + first_row;
+      for (int jw = 0; jw < p.kernel[2]; ++jw, ++tap) {
+        const uint64_t b = wgmma::advance(b_taps, tap * N * kStepBytes);
+        const bool accumulate = !first_step || tap > 0;
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb) {
+          mma<Math, N>(acc[mb], wgmma::advance(a_rows, (plane_row + jw + mb * 64) * kGroupBytes), b, accumulate);
+        }
+      }
+    }
+  }
+}
+
+// The tile's outputs from the accumulators, bias added: lane (g, t) of warp w holds GEMM rows 16 w + g (+ 8) of each
+// block and channels 8 j + 2 t (+ 1).
+template <class Math, int N, int MB>
+__device__ __forceinline__ void store_tile(const Params& p, const Tile& t, int wg, const float (&acc)[MB][N / 2]) {
+  using Input = typename Math::Input;
+  const Input* bias = static_cast<const Input*>(p.bias);
+  Input* out = static_cast<Input*>(p.output);
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int64_t image = static_cast<int64_t>(t.n) * p.out_stride[0] + static_cast<int64_t>(t.od) * p.out_stride[2];
+  const int co0 = t.co_block * N;
+  float bias_of[N / 4];
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int co = co0 + 8 * j + 2 * q + e;
+      bias_of[2 * j + e] = bias != nullptr && co < p.cout ? Math::to_acc(bias[co]) : 0.f;
+    }
+  }
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int m = (wg * MB + mb) * 64 + 16 * warp + g + 8 * half;
+      int r;
+      const int c = p.brick_w_div.divmod(m, r);
+      const int oh = t.oh0 + r, ow = t.ow0 + c;
+      const bool inside = r < p.tile_h && c < p.tile_w && oh < p.out_size[1] && ow < p.out_size[2];
+      Input* dst = out + image + static_cast<int64_t>(inside ? oh : 0) * p.out_stride[3] +
+                   static_cast<int64_t>(inside ? ow : 0) * p.out_stride[4];
+      // Predicated stores, no branches: see store_if.
+#pragma unroll
+      for (int j = 0; j < N / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int co = co0 + 8 * j + 2 * q + e;
+          store_if(inside && co < p.cout, dst + static_cast<int64_t>(co < p.cout ? co : 0) * p.out_stride[1],
+                   Math::from_acc(acc[mb][4 * j + 2 * half + e] + bias_of[2 * j + e]));
+        }
+      }
+    }
+  }
+}
+
+template <class Math, int N, int MB>
+__global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(const __grid_constant__ Params p) {
+#if CONVOPS_HAS_WGMMA
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int wg = threadIdx.x / 128;
+  float acc[MB][N / 2];
+  const int64_t my_tiles = (p.total_tiles - blockIdx.x + gridDim.x - 1) / gridDim.x;
+  const int64_t steps = my_tiles * p.k_steps;
+  const auto stage_of = [&](int64_t s) { return smem + (s & 1) * p.stage_bytes; };
+  const auto tile_of = [&](int64_t s) { return tile_at(p, blockIdx.x + s / p.k_steps * gridDim.x); };
+  // Step s + 1's brick is loaded into registers and its weights copied while step s's MMAs run.
+  Units<max_units(N)> units;
+  const auto issue_loads = [&](int64_t s) {
+    const Tile t = tile_of(s);
+    const int k = static_cast<int>(s % p.k_steps);
+    load_units<Math>(p, t, k, units);
+    copy_weights(p, t, k, stage_of(s) + 2 * p.brick_pixels * kGroupBytes);
+    cp_async_commit();
+  };
+
+  if (steps > 0) issue_loads(0);
+  Tile tile = tile_of(0);
+  for (int64_t s = 0; s < steps; ++s) {
+    const int k = static_cast<int>(s % p.k_steps);
+    const Tile current = tile_of(s);
+    // Stage s was last read by step s - 2's MMAs, done before the previous iteration's barrier.
+    store_units<Math>(p, units, stage_of(s));
+    wgmma::publish_stores();
+    cp_async_wait<0>();
+    wgmma::wait<0>();  // step s - 1's MMAs are done: its stage may be refilled, its accumulators read
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb) wgmma::pin(acc[mb]);  // ... and only now (the compiler cannot see the wait)
+    if (k == 0 && s > 0) store_tile<Math, N, MB>(p, tile, wg, acc);
+    tile = current;
+    __syncthreads();  // every thread's part of stage s is in; no warpgroup reads stage s - 1 any more
+    // The next step's loads go out before this step's MMAs are issued: 5.00 against 5.90 ms after them (L1-70 TF32,
+    // H200, 2026-11-27 17:02 UTC), as their latency then overlaps the MMA issue too.
+    if (s + 1 < steps) issue_loads(s + 1);
+    wgmma::fence();
+    multiply_step<Math, N, MB>(p, stage_of(s), p.skew, k == 0, wg, acc);
+    wgmma::commit();
+  }
+  wgmma::wait<0>();
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb) wgmma::pin(acc[mb]);
+  if (steps > 0) store_tile<Math, N, MB>(p, tile, wg, acc);
+#else
+  __trap();  // launch() runs this kernel only where its machine code is sm_90a
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Host side: which problems it serves and how they are tiled.
+// ---------------------------------------------------------------------------------------------------------------------
+
+// Output channels a block: 24 (the L1-70 seed's C_out) or 64 (L1-65's); wider layers take several blocks.
+inline int channel_tile(int cout) { return cout <= 24 ? 24 : 64; }
+
+// Blocks of 64 GEMM rows a warpgroup may take, per channel tile: up to 96 accumulator registers a thread.
+constexpr int kRowBlocks24[] = {2, 4, 6};
+constexpr int kRowBlocks64[] = {1, 2, 3};
+
+struct Plan {
+  int row_blocks = 0;  // MB: 0 where no tile fits shared memory
+  int tile_h = 0, tile_w = 0, brick_h = 0, brick_w = 0, skew = 0, brick_pixels = 0, stage_bytes = 0, units = 0;
+  int tiles_h = 0, tiles_w = 0;
+};
+
+// The tile with the fewest estimated cycles: a k-step costs the longer of its MMAs (their shared-memory operand
+// reads, 128 bytes a cycle, or the tensor cores' rate) and its loads (~64 bytes a cycle from L2), plus ~200 cycles
+// of barrier and waits; tiles are spread over one block an SM. Rows past the tile and the last K_w - 1 + skew columns
+// of each row cost MMAs, so tile widths are balanced and tile_h rows of brick_w fill the warpgroups' rows closely.
+// Tile widths are multiples of 4 (or the whole output row), so that every tile's brick starts `skew` columns early.
+inline Plan choose_plan(const ConvTransposeParams& p, int n_tile, int k_steps, int shared_limit, int sms) {
+  const int kd = p.kernel[0], kh = p.kernel[1], kw = p.kernel[2], taps = kd * kh * kw;
+  const int skew = ((p.padding[2] - (kw - 1)) % 4 + 4) % 4;  // (-shift) mod 4
+  const int co_blocks = ceil_div(p.cout_g, n_tile);
+  const double mma_per_block = taps * std::max(n_tile / 2.0, (64.0 + n_tile) / 4.0);
+  Plan best;
+  double best_cost = std::numeric_limits<double>::infinity();
+  const auto consider = [&](int mb) {
+    const int rows = kWarpgroups * mb * 64;
+    for (int tile_h = 1; tile_h <= std::min(kMaxTileRows, p.out_size[1]); ++tile_h) {
+      const int tile_w_cap = rows / tile_h - (kw - 1) - skew;
+      if (tile_w_cap < 1) break;
+      Plan t;
+      t.row_blocks = mb;
+      t.tile_h = tile_h;
+      t.skew = skew;
+      if (p.out_size[2] <= tile_w_cap) {
+        t.tiles_w = 1;
+        t.tile_w = p.out_size[2];
+      } else {
+        if (tile_w_cap < 4) continue;
+        t.tiles_w = ceil_div(p.out_size[2], tile_w_cap / 4 * 4);
+        t.tile_w = ceil_div(ceil_div(p.out_size[2], t.tiles_w), 4) * 4;
+      }
+      t.brick_w = skew + t.tile_w + kw - 1;
+      t.brick_h = tile_h + kh - 1;
+      t.tiles_h = ceil_div(p.out_size[1], tile_h);
+      // 64-bit until bounded: huge kernels make huge bricks.
+      const int64_t units = 2 * int64_t{kd} * t.brick_h * ceil_div(t.brick_w, 4);
+      if (units > int64_t{max_units(n_tile)} * kThreads) continue;
+      const int64_t brick = int64_t{kd} * t.brick_h * t.brick_w;
+      const int64_t reach = (int64_t{kd - 1} * t.brick_h + kh - 1) * t.brick_w + kw - 1 + skew + rows;
+      const int64_t pixels = (std::max(brick, reach) + 7) / 8 * 8;
+      const int64_t stage = 2 * kGroupBytes * pixels + int64_t{taps} * n_tile * kStepBytes;
+      if (2 * stage > shared_limit) continue;
+      t.units = static_cast<int>(units);
+      t.brick_pixels = static_cast<int>(pixels);
+      t.stage_bytes = static_cast<int>(stage);
+      const double tiles = static_cast<double>(p.batch) * p.out_size[0] * t.tiles_h * t.tiles_w * co_blocks;
+      const double copy = (kStepBytes * static_cast<double>(brick) + taps * n_tile * kStepBytes) / 64.0;
+      const double per_tile = k_steps * (std::max(kWarpgroups * mb * mma_per_block, copy) + 200.0) + mb * n_tile;
+      const double cost = std::ceil(tiles / sms) * per_tile;
+      if (cost < best_cost) {
+        best_cost = cost;
+        best = t;
+      }
+    }
+  };
+  if (n_tile == 24) {
+    for (const int mb : kRowBlocks24) consider(mb);
+  } else {
+    for (const int mb : kRowBlocks64) consider(mb);
+  }
+  return best;
+}
+
+// For A/B timing, read once: CONVOPS_SHIFT_GEMM=0 turns this kernel off (the mma.sync implicit GEMM runs instead).
+inline bool enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("CONVOPS_SHIFT_GEMM");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return on;
+}
+
+// load_units reads 4 columns of a channel as one vector (16 bytes TF32, 8 bytes 16-bit) from columns that are
+// multiples of 4: rows must be contiguous, and every other stride (of a dimension longer than 1) a multiple of 4
+// elements, the data's address a multiple of the vector.
+inline bool vectors_fit(const ConvTransposeParams& p, const void* data, int element_bytes, const int64_t (&sizes)[5]) {
+  if (p.in_stride[4] != 1 && sizes[4] > 1) return false;
+  if (reinterpret_cast<uintptr_t>(data) % (4 * element_bytes) != 0) return false;
+  for (int i = 0; i < 4; ++i) {
+    if (sizes[i] > 1 && p.in_stride[i] % 4 != 0) return false;
+  }
+  return true;
+}
+
+// Whether the kernel serves the problem of p (filled by conv_transpose_kernel_path): stride 1, dilation 1, one group,
+// TF32 / bf16 / fp16 (the caller's tensor-core precision policies), inputs whose rows load as vectors, wgmma on this
+// device, a tile that fits shared memory and the registers of load_units.
+inline bool applies(const ConvTransposeParams& p, int element_bytes, const int64_t (&in_sizes)[5]) {
+  if (!enabled() || p.groups != 1 || p.cin_g < 1) return false;
+  for (int d = 0; d < 3; ++d) {
+    if (p.stride[d] != 1 || p.dilation[d] != 1) return false;
+  }
+  if (!vectors_fit(p, p.input, element_bytes, in_sizes)) return false;
+  if (p.batch * static_cast<int64_t>(p.out_size[0]) > std::numeric_limits<int>::max()) return false;
+  if (!wgmma::runs_here()) return false;
+  const int k_steps = ceil_div(p.cin_g * element_bytes, kStepBytes);
+  return choose_plan(p, channel_tile(p.cout_g), k_steps, max_shared_memory_per_block(), multiprocessor_count())
+             .row_blocks > 0;
+}
+
+}  // namespace shift_gemm
+}  // namespace cuda
+}  // namespace convops
