@@ -312,7 +312,11 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   p.tiles_h = plan.tiles_h;
   p.tiles_w = plan.tiles_w;
   p.co_blocks = cuda::ceil_div(cp.cout_g, n_tile);
-  p.total_tiles = static_cast<int64_t>(cp.batch) * cp.out_size[0] * p.tiles_h * p.tiles_w * p.co_blocks;
+  p.total_tiles = static_cast<int>(sg::total_tiles(cp, plan, n_tile));  // within int: shift_gemm::applies
+  p.co_blocks_div = cuda::FastDivmod(p.co_blocks);
+  p.tiles_w_div = cuda::FastDivmod(p.tiles_w);
+  p.tiles_h_div = cuda::FastDivmod(p.tiles_h);
+  p.out_d_div = cuda::FastDivmod(cp.out_size[0]);
   p.brick_w_div = cuda::FastDivmod(plan.brick_w);
   const at::Tensor weight = prepare_shift_weight(weight5d, n_tile, p.co_blocks, k_steps, tf32);
   p.weight = weight.data_ptr();
@@ -320,7 +324,7 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   const auto run = [&](auto kernel) {
     const int shared = 2 * p.stage_bytes;
     cuda::allow_dynamic_shared_memory(kernel, shared);
-    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(p.total_tiles, sms));
+    const unsigned grid = static_cast<unsigned>(std::min(p.total_tiles, sms));
     kernel<<<grid, sg::kThreads, shared, c10::cuda::getCurrentCUDAStream()>>>(p);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };

@@ -77,7 +77,8 @@ struct Params {
   int weight_step_bytes;  // the weights of one k-step: taps x N x 32 bytes
   int stage_bytes;        // brick + weights of one k-step
   int tiles_h, tiles_w, co_blocks;
-  int64_t total_tiles;
+  int total_tiles;
+  FastDivmod co_blocks_div, tiles_w_div, tiles_h_div, out_d_div;  // tile index -> (n, od, h tile, w tile, block)
   FastDivmod brick_w_div;  // GEMM row -> (tile row, column)
 };
 
@@ -86,17 +87,36 @@ struct Tile {
   int n, od, oh0, ow0, co_block;
 };
 
-__device__ __forceinline__ Tile tile_at(const Params& p, int64_t index) {
+__device__ __forceinline__ Tile tile_at(const Params& p, int tile_index) {
   Tile t;
-  t.co_block = static_cast<int>(index % p.co_blocks);
-  index /= p.co_blocks;
-  t.ow0 = static_cast<int>(index % p.tiles_w) * p.tile_w;
-  index /= p.tiles_w;
-  t.oh0 = static_cast<int>(index % p.tiles_h) * p.tile_h;
-  index /= p.tiles_h;
-  t.od = static_cast<int>(index % p.out_size[0]);
-  t.n = static_cast<int>(index / p.out_size[0]);
+  int rest;
+  t.co_block = p.co_blocks_div.divmod(tile_index, rest);
+  t.ow0 = p.tiles_w_div.divmod(rest, rest) * p.tile_w;
+  t.oh0 = p.tiles_h_div.divmod(rest, rest) * p.tile_h;
+  t.od = p.out_d_div.divmod(rest, t.n);
   return t;
+}
+
+// Where a block's stream of (tile, k-step) stands: tiles blockIdx.x, + gridDim.x, ..., their k-steps in order. Moved
+// on once a step: a tile is decoded once, not at every step (decoding with 64-bit divisions at every step cost
+// ~1.6 us a step, as much as the step's MMAs, H200 2026-11-27).
+struct Cursor {
+  int tile_index, k;
+  Tile tile;
+};
+
+__device__ __forceinline__ Cursor first_step(const Params& p) {
+  const int first = static_cast<int>(blockIdx.x);
+  return {first, 0, first < p.total_tiles ? tile_at(p, first) : Tile{}};
+}
+
+__device__ __forceinline__ Cursor next_step(const Params& p, Cursor c) {
+  if (++c.k == p.k_steps) {
+    c.k = 0;
+    c.tile_index += static_cast<int>(gridDim.x);
+    if (c.tile_index < p.total_tiles) c.tile = tile_at(p, c.tile_index);
+  }
+  return c;
 }
 
 // A thread's share of one k-step's brick, loaded into registers while the previous k-step's MMAs run and stored
@@ -232,25 +252,25 @@ __device__ __forceinline__ void mma(float (&acc)[N / 2], uint64_t a, uint64_t b,
   }
 }
 
-// Warpgroup wg's MMAs of one k-step: every tap, for its MB blocks of 64 GEMM rows.
+// Warpgroup wg's MMAs of one k-step: every tap, for its MB blocks of 64 GEMM rows. The descriptors are plain 64-bit
+// sums of warp-uniform values (start addresses in 16-byte units stay far below the field's 2^14, so nothing carries
+// out of it), which the compiler keeps in uniform registers: built per thread, each wgmma had cost ~8 instructions
+// of address arithmetic and register moves (ncu SASS, H200 2026-11-27: 25 instructions an HGMMA in all).
 template <class Math, int N, int MB>
 __device__ __forceinline__ void multiply_step(const Params& p, const unsigned char* stage, int column_skew,
                                               bool first_step, int wg, float (&acc)[MB][N / 2]) {
-  const uint64_t a_rows = wgmma::descriptor(stage, p.brick_pixels * kGroupBytes, wgmma::kCoreBytes);
-  const uint64_t b_taps = wgmma::descriptor(stage + 2 * p.brick_pixels * kGroupBytes, wgmma::kCoreBytes,
-                                            2 * wgmma::kCoreBytes);
-  const int first_row = wg * MB * 64 + column_skew;
-  int tap = 0;
+  constexpr uint64_t kTapUnits = N * kStepBytes / 16, kBlockUnits = 64;  // a tap's weights, a row block: 16-byte units
+  const uint64_t a_first = wgmma::descriptor(stage, p.brick_pixels * kGroupBytes, wgmma::kCoreBytes) +
+                           static_cast<uint64_t>(wg * MB * 64 + column_skew);
+  uint64_t b = wgmma::descriptor(stage + 2 * p.brick_pixels * kGroupBytes, wgmma::kCoreBytes, 2 * wgmma::kCoreBytes);
+  bool accumulate = !first_step;
   for (int jd = 0; jd < p.kernel[0]; ++jd) {
     for (int jh = 0; jh < p.kernel[1]; ++jh) {
-      const int plane_row = (jd * p.brick_h + jh) * p.brick_w + first_row;
-      for (int jw = 0; jw < p.kernel[2]; ++jw, ++tap) {
-        const uint64_t b = wgmma::advance(b_taps, tap * N * kStepBytes);
-        const bool accumulate = !first_step || tap > 0;
+      uint64_t a = a_first + static_cast<uint64_t>((jd * p.brick_h + jh) * p.brick_w);
+      for (int jw = 0; jw < p.kernel[2]; ++jw, ++a, b += kTapUnits) {
 #pragma unroll
-        for (int mb = 0; mb < MB; ++mb) {
-          mma<Math, N>(acc[mb], wgmma::advance(a_rows, (plane_row + jw + mb * 64) * kGroupBytes), b, accumulate);
-        }
+        for (int mb = 0; mb < MB; ++mb) mma<Math, N>(acc[mb], a + mb * kBlockUnits, b, accumulate);
+        accumulate = true;
       }
     }
   }
@@ -304,27 +324,24 @@ template <class Math, int N, int MB>
 __global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(const __grid_constant__ Params p) {
 #if CONVOPS_HAS_WGMMA
   extern __shared__ __align__(128) unsigned char smem[];
-  const int wg = threadIdx.x / 128;
+  // The warpgroup, as a value the compiler knows is the same across the warp (uniform registers for the descriptors).
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   float acc[MB][N / 2];
-  const int64_t my_tiles = (p.total_tiles - blockIdx.x + gridDim.x - 1) / gridDim.x;
-  const int64_t steps = my_tiles * p.k_steps;
-  const auto stage_of = [&](int64_t s) { return smem + (s & 1) * p.stage_bytes; };
-  const auto tile_of = [&](int64_t s) { return tile_at(p, blockIdx.x + s / p.k_steps * gridDim.x); };
+  const auto stage_of = [&](int s) { return smem + (s & 1) * p.stage_bytes; };
   // Step s + 1's brick is loaded into registers and its weights copied while step s's MMAs run.
   Units<max_units(N)> units;
-  const auto issue_loads = [&](int64_t s) {
-    const Tile t = tile_of(s);
-    const int k = static_cast<int>(s % p.k_steps);
-    load_units<Math>(p, t, k, units);
-    copy_weights(p, t, k, stage_of(s) + 2 * p.brick_pixels * kGroupBytes);
+  const auto issue_loads = [&](const Cursor& c, int s) {
+    load_units<Math>(p, c.tile, c.k, units);
+    copy_weights(p, c.tile, c.k, stage_of(s) + 2 * p.brick_pixels * kGroupBytes);
     cp_async_commit();
   };
 
-  if (steps > 0) issue_loads(0);
-  Tile tile = tile_of(0);
-  for (int64_t s = 0; s < steps; ++s) {
-    const int k = static_cast<int>(s % p.k_steps);
-    const Tile current = tile_of(s);
+  Cursor at = first_step(p);
+  if (at.tile_index < p.total_tiles) issue_loads(at, 0);
+  Tile multiplied{};  // the tile of the last step multiplied: its accumulators are stored when the next tile starts
+  bool pending = false;
+  for (int s = 0; at.tile_index < p.total_tiles; ++s) {
+    const Cursor next = next_step(p, at);
     // Stage s was last read by step s - 2's MMAs, done before the previous iteration's barrier.
     store_units<Math>(p, units, stage_of(s));
     wgmma::publish_stores();
@@ -332,20 +349,24 @@ __global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(
     wgmma::wait<0>();  // step s - 1's MMAs are done: its stage may be refilled, its accumulators read
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb) wgmma::pin(acc[mb]);  // ... and only now (the compiler cannot see the wait)
-    if (k == 0 && s > 0) store_tile<Math, N, MB>(p, tile, wg, acc);
-    tile = current;
+    if (at.k == 0 && pending) store_tile<Math, N, MB>(p, multiplied, wg, acc);
     __syncthreads();  // every thread's part of stage s is in; no warpgroup reads stage s - 1 any more
     // The next step's loads go out before this step's MMAs are issued: 5.00 against 5.90 ms after them (L1-70 TF32,
-    // H200, 2026-11-27 17:02 UTC), as their latency then overlaps the MMA issue too.
-    if (s + 1 < steps) issue_loads(s + 1);
+    // H200, 2026-11-27 17:02 UTC), as their latency then overlaps the MMA issue too. Step s - 1's MMAs drain here
+    // each step: keeping them in flight across the step (two barriers a step, three weight slots) measured no faster
+    // (4.40 against 4.39 ms, 17:23 UTC).
+    if (next.tile_index < p.total_tiles) issue_loads(next, s + 1);
     wgmma::fence();
-    multiply_step<Math, N, MB>(p, stage_of(s), p.skew, k == 0, wg, acc);
+    multiply_step<Math, N, MB>(p, stage_of(s), p.skew, at.k == 0, wg, acc);
     wgmma::commit();
+    multiplied = at.tile;
+    pending = true;
+    at = next;
   }
   wgmma::wait<0>();
 #pragma unroll
   for (int mb = 0; mb < MB; ++mb) wgmma::pin(acc[mb]);
-  if (steps > 0) store_tile<Math, N, MB>(p, tile, wg, acc);
+  if (pending) store_tile<Math, N, MB>(p, multiplied, wg, acc);
 #else
   __trap();  // launch() runs this kernel only where its machine code is sm_90a
 #endif
@@ -429,6 +450,10 @@ inline Plan choose_plan(const ConvTransposeParams& p, int n_tile, int k_steps, i
   return best;
 }
 
+inline int64_t total_tiles(const ConvTransposeParams& p, const Plan& plan, int n_tile) {
+  return int64_t{p.batch} * p.out_size[0] * plan.tiles_h * plan.tiles_w * ceil_div(p.cout_g, n_tile);
+}
+
 // For A/B timing, read once: CONVOPS_SHIFT_GEMM=0 turns this kernel off (the mma.sync implicit GEMM runs instead).
 inline bool enabled() {
   static const bool on = [] {
@@ -459,11 +484,12 @@ inline bool applies(const ConvTransposeParams& p, int element_bytes, const int64
     if (p.stride[d] != 1 || p.dilation[d] != 1) return false;
   }
   if (!vectors_fit(p, p.input, element_bytes, in_sizes)) return false;
-  if (p.batch * static_cast<int64_t>(p.out_size[0]) > std::numeric_limits<int>::max()) return false;
   if (!wgmma::runs_here()) return false;
-  const int k_steps = ceil_div(p.cin_g * element_bytes, kStepBytes);
-  return choose_plan(p, channel_tile(p.cout_g), k_steps, max_shared_memory_per_block(), multiprocessor_count())
-             .row_blocks > 0;
+  const int n_tile = channel_tile(p.cout_g);
+  const Plan plan = choose_plan(p, n_tile, ceil_div(p.cin_g * element_bytes, kStepBytes), max_shared_memory_per_block(),
+                                multiprocessor_count());
+  // Tile indices (and the grid's stride over them) are ints.
+  return plan.row_blocks > 0 && total_tiles(p, plan, n_tile) <= std::numeric_limits<int>::max() / 2;
 }
 
 }  // namespace shift_gemm
