@@ -17,10 +17,10 @@
 //
 // (kernels-research.md section 2 derives this design: with N = C_out = 24 an im2col GEMM would move 39 GB from L2.)
 //
-// Where the time goes (L1-70 seed, batch 8, H200, 2026-11-27 16:4x-17:0x UTC, parts of the kernel switched off in
-// turn): TF32 5.00 ms in all, 3.35 with the MMAs alone, 3.24 with the loads alone; bf16 3.00 / 1.80 / 2.02. The MMAs
-// run at ~41 cycles an m64n24k8 instruction (ncu: tensor pipe 31% busy, issue 43%): small-N wgmma is far from the
-// tensor cores' rate, and N is C_out. bench/PERF_NOTES.md has the rest.
+// Where the time goes (L1-70 seed, batch 8, H200, 2026-11-27, bench/PERF_NOTES.md): TF32 4.27 ms, bf16 2.43. The
+// MMAs alone would take ~1.9 ms in TF32: an m64n24k8 reads (64 + 24) x 32 bytes of shared memory for 12 cycles of
+// tensor work, so it runs at ~22 cycles (a microbenchmark: 54% of the TF32 rate; N = 64 reaches 99%). The rest is the
+// brick's loads and stores and each step's barrier, which the MMAs of one step do not fully cover.
 //
 // Pipeline: two shared-memory stages. A k-step's brick is loaded into registers as vectors of 4 columns of one
 // channel (load_units: the input is NCHW, so a pixel's 16-byte row of channels gathers 4 or 8 planes), transposed,
@@ -191,17 +191,12 @@ __device__ __forceinline__ void load_units(const Params& p, const Tile& t, int s
   }
 }
 
-// a, b, c, d by i (0-3) without indexing registers (which would put them in local memory).
-__device__ __forceinline__ uint32_t pick(uint32_t a, uint32_t b, uint32_t c, uint32_t d, int i) {
-  return i & 2 ? (i & 1 ? d : c) : (i & 1 ? b : a);
-}
-
-// Each thread stores its units' 4 pixels in a rotated order, (j + lane / 2) % 4 at turn j: then the 8 threads of a
-// quarter warp write 8 distinct 16-byte bank groups (units 4 pixels apart would otherwise meet 4 at a time; ncu, H200,
-// 2026-11-27: 14.5-way conflicts, 73% of the store wavefronts).
+// The units' pixels leave in column order: the 8 threads of a quarter warp then meet 4 at a time on a 16-byte bank
+// group (ncu, H200, 2026-11-27: 14.5-way conflicts, 73% of the store wavefronts), yet storing them in a rotated order,
+// conflict-free, measured no faster for the selects it costs (17:36 UTC: L1-70 TF32 4.19 against 4.27 ms, bf16 2.51
+// against 2.43, L1-65 TF32 1.86 against 1.82).
 template <class Math, int kUnits>
 __device__ __forceinline__ void store_units(const Params& p, const Units<kUnits>& units, unsigned char* stage) {
-  const int rotation = (threadIdx.x >> 1) & 3;
 #pragma unroll
   for (int i = 0; i < kUnits; ++i) {
     const int u = threadIdx.x + i * kThreads;
@@ -210,21 +205,17 @@ __device__ __forceinline__ void store_units(const Params& p, const Units<kUnits>
                          ((at.z * p.brick_h + at.y) * p.brick_w + at.column) * kGroupBytes;
     const uint32_t* w = units.word[i];
 #pragma unroll
-    for (int turn = 0; turn < 4; ++turn) {
-      const int j = (turn + rotation) & 3;  // the unit's column
+    for (int j = 0; j < 4; ++j) {  // the unit's column
       uint4 v;
       if constexpr (Math::kChannelsPerWord == 1) {
-        v = make_uint4(tf32_bits(__uint_as_float(pick(w[0], w[1], w[2], w[3], j))),
-                       tf32_bits(__uint_as_float(pick(w[4], w[5], w[6], w[7], j))),
-                       tf32_bits(__uint_as_float(pick(w[8], w[9], w[10], w[11], j))),
-                       tf32_bits(__uint_as_float(pick(w[12], w[13], w[14], w[15], j))));
+        v = make_uint4(tf32_bits(__uint_as_float(w[j])), tf32_bits(__uint_as_float(w[4 + j])),
+                       tf32_bits(__uint_as_float(w[8 + j])), tf32_bits(__uint_as_float(w[12 + j])));
       } else {  // word k: channels 2k, 2k + 1 at column j (half j % 2 of their column pair j / 2)
-        const uint32_t selector = j & 1 ? 0x7632 : 0x5410;
-        const bool second = j & 2;
-        v = make_uint4(__byte_perm(second ? w[1] : w[0], second ? w[3] : w[2], selector),
-                       __byte_perm(second ? w[5] : w[4], second ? w[7] : w[6], selector),
-                       __byte_perm(second ? w[9] : w[8], second ? w[11] : w[10], selector),
-                       __byte_perm(second ? w[13] : w[12], second ? w[15] : w[14], selector));
+        constexpr uint32_t kLow = 0x5410, kHigh = 0x7632;
+        const uint32_t selector = j % 2 ? kHigh : kLow;
+        v = make_uint4(__byte_perm(w[j / 2], w[2 + j / 2], selector), __byte_perm(w[4 + j / 2], w[6 + j / 2], selector),
+                       __byte_perm(w[8 + j / 2], w[10 + j / 2], selector),
+                       __byte_perm(w[12 + j / 2], w[14 + j / 2], selector));
       }
       // The row's last block may pass brick_w: those columns belong to the next row, written by its own unit.
       if (u < p.units && at.column + j < p.brick_w) *reinterpret_cast<uint4*>(dst + j * kGroupBytes) = v;
@@ -352,7 +343,8 @@ __global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(
     if (at.k == 0 && pending) store_tile<Math, N, MB>(p, multiplied, wg, acc);
     __syncthreads();  // every thread's part of stage s is in; no warpgroup reads stage s - 1 any more
     // The next step's loads go out before this step's MMAs are issued: 5.00 against 5.90 ms after them (L1-70 TF32,
-    // H200, 2026-11-27 17:02 UTC), as their latency then overlaps the MMA issue too. Step s - 1's MMAs drain here
+    // H200, 2026-11-27 17:02 UTC), as their latency then overlaps the MMA issue too; with the MMA issue made cheap
+    // (multiply_step) still 4.27 against 4.81 (17:36). Step s - 1's MMAs drain here
     // each step: keeping them in flight across the step (two barriers a step, three weight slots) measured no faster
     // (4.40 against 4.39 ms, 17:23 UTC).
     if (next.tile_index < p.total_tiles) issue_loads(next, s + 1);
