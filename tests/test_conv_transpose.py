@@ -289,6 +289,59 @@ def test_cuda_stride_one_runs_the_shift_kernel(name, layout, dtype, tf32):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("view", ["channel_slice", "offset_by_one"])
+def test_stride_one_views(device, dtype, view):
+    """A channel slice of a wider input keeps rows that load as vectors (the shift kernel runs on CUDA); a view one
+    element into its storage does not (misaligned vectors: the mma.sync kernel runs). Both match ATen."""
+    case = Case(2, 6, 5, (5, 12), (3, 3), (1, 1), (1, 0), (0, 0), (1, 1))
+    if view == "channel_slice":
+        x = make_tensor((2, 10, 5, 12), dtype, device)[:, 3:9]
+    else:
+        x = make_tensor((2 * 6 * 5 * 12 + 1,), dtype, device)[1:].view(2, 6, 5, 12)
+    _, w, b = case.tensors(dtype, device)
+    ours, aten, _ = OPS[2]
+    for tf32 in ((True, False) if dtype == torch.float32 and device == "cuda" else (None,)):
+        with allow_tf32(torch.backends.cudnn.allow_tf32 if tf32 is None else tf32):
+            ran = cuda_kernels_run(lambda: ours(x, w, b, **case.params())) if device == "cuda" else set()
+            y = ours(x, w, b, **case.params())
+            rounded = tf32_active(x)
+        expected = reference(lambda x, w: aten(x, w, b.detach().cpu().double(), **case.params()), x, w,
+                             tf32_inputs=rounded)
+        assert_close(y, expected, dtype, **tf32_accumulation_tolerance(case, rounded))
+        if device == "cuda":
+            shift = any("conv_transpose_shift_gemm_kernel<" in k for k in ran)
+            assert shift == takes_shift_kernel(case, x, bool(tf32)), ran
+            if x.dtype != torch.float32 or tf32:
+                assert shift == (view == "channel_slice" and torch.cuda.get_device_capability() == (9, 0)), ran
+
+
+# Shapes whose CUDA plans (shift_gemm::choose_plan) take the kernel's other tilings, with more tiles than an H200 has
+# SMs (so blocks walk several tiles and store accumulators between them): every MB of both channel tiles, rows of
+# several output rows (GEMM rows wrapping onto brick rows past the first) and output rows split in tiles. The plans,
+# from a replica of choose_plan (the same for fp32 and 16-bit): N 24 MB 4, 3 rows, 2 tiles a row, 216 tiles; N 24
+# MB 6, 14 rows, 7 tiles a row, 252 tiles; N 24 MB 2, 3 rows, 2 tiles a row, 384 tiles; N 64 MB 3, 5 rows, 3 tiles
+# a row, 2 channel blocks, 216 tiles. CUDA only: the float64 references take a few GFLOP each.
+SHIFT_TILINGS = {"mb4_split_rows": Case(2, 16, 24, (4, 24, 300), (3, 3, 3), (1,) * 3, (0,) * 3, (0,) * 3, (1,) * 3),
+                 "mb6_split_rows": Case(2, 16, 24, (4, 40, 300), (3, 3, 3), (1,) * 3, (0,) * 3, (0,) * 3, (1,) * 3),
+                 "mb2_split_rows": Case(3, 16, 24, (6, 20, 128), (3, 3, 3), (1,) * 3, (0,) * 3, (0,) * 3, (1,) * 3),
+                 "n64_mb3_two_blocks": Case(2, 24, 70, (4, 12, 200), (3, 3, 3), (1,) * 3, (0,) * 3, (0,) * 3,
+                                            (1,) * 3)}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", sorted(SHIFT_TILINGS))
+@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, False)], ids=["tf32", "bf16"])
+def test_cuda_shift_kernel_tilings_match_aten(name, dtype, tf32):
+    case = SHIFT_TILINGS[name]
+    x, w, b = case.tensors(dtype, "cuda")
+    with allow_tf32(tf32):
+        ran = cuda_kernels_run(lambda: OPS[case.dims][0](x, w, b, **case.params()))
+    assert any("conv_transpose_shift_gemm_kernel<" in k for k in ran) == takes_shift_kernel(case, x, tf32), ran
+    check_against_aten(case, dtype, "cuda", "contiguous", tf32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [*DTYPES, torch.float64])
 @pytest.mark.parametrize("width", [13, 14, 15])
 def test_stride_one_rows_padded_past_the_width(device, dtype, width):

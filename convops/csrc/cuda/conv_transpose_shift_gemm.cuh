@@ -59,7 +59,7 @@ constexpr int kMaxTileRows = 16;
 
 struct Params {
   const void* input;   // (N, C_in, D, H, W) (2-D calls come with D = 1), strides as vectors_fit says
-  const void* weight;  // prepared: (co_blocks, k_steps, taps, N / 8, 2, 8, 16 bytes), see prepare_weight
+  const void* weight;  // prepared: (co_blocks, k_steps, taps, N / 8, 2, 8, 16 bytes), see prepare_shift_weight
   const void* bias;    // (C_out) or null
   void* output;        // (N, C_out, OD, OH, OW), any strides
   int64_t in_stride[5], out_stride[5];
