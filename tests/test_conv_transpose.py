@@ -273,6 +273,31 @@ def takes_shift_kernel(case: Case, x: torch.Tensor, tf32: bool) -> bool:
     return eligible and mode and rows and aligned
 
 
+def ran_shift_kernel(kernels: set[str]) -> bool:
+    return any("conv_transpose_shift_gemm_kernel<" in k for k in kernels)
+
+
+def check_input_view(case: Case, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> list[bool]:
+    """The op on the view x in each precision mode of its device (TF32 on and off for CUDA fp32): against float64
+    ATen, and on CUDA the shift kernel exactly where takes_shift_kernel says. Returns whether it ran, per mode."""
+    ours, aten, _ = OPS[case.dims]
+    cuda = x.device.type == "cuda"
+    ran_shift = []
+    for tf32 in ((True, False) if x.dtype == torch.float32 and cuda else (None,)):
+        with allow_tf32(torch.backends.cudnn.allow_tf32 if tf32 is None else tf32):
+            poison_allocator(x.device.type, case.output_numel() * x.element_size())
+            ran = cuda_kernels_run(lambda: ours(x, w, b, **case.params())) if cuda else set()
+            y = ours(x, w, b, **case.params())
+            rounded = tf32_active(x)
+        expected = reference(lambda x, w: aten(x, w, b.detach().cpu().double(), **case.params()), x, w,
+                             tf32_inputs=rounded)
+        assert_close(y, expected, x.dtype, **tf32_accumulation_tolerance(case, rounded))
+        if cuda:
+            assert ran_shift_kernel(ran) == takes_shift_kernel(case, x, bool(tf32)), ran
+            ran_shift.append(ran_shift_kernel(ran))
+    return ran_shift
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("name", sorted(STRIDE_ONE))
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -284,8 +309,7 @@ def test_cuda_stride_one_runs_the_shift_kernel(name, layout, dtype, tf32):
     x, w, b = case.tensors(dtype, "cuda", layout)
     with allow_tf32(tf32):
         ran = cuda_kernels_run(lambda: OPS[case.dims][0](x, w, b, **case.params()))
-    shift = any("conv_transpose_shift_gemm_kernel<" in k for k in ran)
-    assert shift == takes_shift_kernel(case, x, tf32), ran
+    assert ran_shift_kernel(ran) == takes_shift_kernel(case, x, tf32), ran
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -300,20 +324,9 @@ def test_stride_one_views(device, dtype, view):
     else:
         x = make_tensor((2 * 6 * 5 * 12 + 1,), dtype, device)[1:].view(2, 6, 5, 12)
     _, w, b = case.tensors(dtype, device)
-    ours, aten, _ = OPS[2]
-    for tf32 in ((True, False) if dtype == torch.float32 and device == "cuda" else (None,)):
-        with allow_tf32(torch.backends.cudnn.allow_tf32 if tf32 is None else tf32):
-            ran = cuda_kernels_run(lambda: ours(x, w, b, **case.params())) if device == "cuda" else set()
-            y = ours(x, w, b, **case.params())
-            rounded = tf32_active(x)
-        expected = reference(lambda x, w: aten(x, w, b.detach().cpu().double(), **case.params()), x, w,
-                             tf32_inputs=rounded)
-        assert_close(y, expected, dtype, **tf32_accumulation_tolerance(case, rounded))
-        if device == "cuda":
-            shift = any("conv_transpose_shift_gemm_kernel<" in k for k in ran)
-            assert shift == takes_shift_kernel(case, x, bool(tf32)), ran
-            if x.dtype != torch.float32 or tf32:
-                assert shift == (view == "channel_slice" and torch.cuda.get_device_capability() == (9, 0)), ran
+    for shift in check_input_view(case, x, w, b):
+        if dtype != torch.float32 or shift:  # strict fp32 never takes it; the others as the view allows
+            assert shift == (view == "channel_slice" and torch.cuda.get_device_capability() == (9, 0))
 
 
 # Shapes whose CUDA plans (shift_gemm::choose_plan) take the kernel's other tilings, with more tiles than an H200 has
@@ -337,7 +350,7 @@ def test_cuda_shift_kernel_tilings_match_aten(name, dtype, tf32):
     x, w, b = case.tensors(dtype, "cuda")
     with allow_tf32(tf32):
         ran = cuda_kernels_run(lambda: OPS[case.dims][0](x, w, b, **case.params()))
-    assert any("conv_transpose_shift_gemm_kernel<" in k for k in ran) == takes_shift_kernel(case, x, tf32), ran
+    assert ran_shift_kernel(ran) == takes_shift_kernel(case, x, tf32), ran
     check_against_aten(case, dtype, "cuda", "contiguous", tf32)
 
 
@@ -348,22 +361,9 @@ def test_stride_one_rows_padded_past_the_width(device, dtype, width):
     """Rows of a wider allocation (strides multiples of 4, widths that are not): the shift kernel loads the last
     columns of each row element by element, and nothing past them."""
     case = Case(2, 10, 6, (5, width), (3, 4), (1, 1), (1, 1), (0, 0), (1, 1))
-    wide = make_tensor((2, 10, 5, 16), dtype, device)
-    x = wide[..., :width]
+    x = make_tensor((2, 10, 5, 16), dtype, device)[..., :width]
     _, w, b = case.tensors(dtype, device)
-    ours, aten, _ = OPS[2]
-    for tf32 in ((True, False) if dtype == torch.float32 and device == "cuda" else (None,)):
-        with allow_tf32(torch.backends.cudnn.allow_tf32 if tf32 is None else tf32):
-            poison_allocator(device, case.output_numel() * x.element_size())
-            ran = cuda_kernels_run(lambda: ours(x, w, b, **case.params())) if device == "cuda" else set()
-            y = ours(x, w, b, **case.params())
-            rounded = tf32_active(x)
-        expected = reference(lambda x, w: aten(x, w, b.detach().cpu().double(), **case.params()), x, w,
-                             tf32_inputs=rounded)
-        assert_close(y, expected, dtype, **tf32_accumulation_tolerance(case, rounded))
-        if device == "cuda":
-            shift = any("conv_transpose_shift_gemm_kernel<" in k for k in ran)
-            assert shift == takes_shift_kernel(case, x, bool(tf32)), ran
+    check_input_view(case, x, w, b)
 
 
 # Kernels equal to their strides, no padding, dilation 1, one group (UNet's 2x2 stride-2 upsampling): every input
