@@ -303,6 +303,7 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   p.brick_h = plan.brick_h;
   p.brick_w = plan.brick_w;
   p.skew = plan.skew;
+  p.ragged_rows = cp.in_size[2] % 4 != 0;
   p.brick_pixels = plan.brick_pixels;
   p.units = plan.units;
   p.blocks_div = cuda::FastDivmod(cuda::ceil_div(plan.brick_w, 4));

@@ -70,6 +70,7 @@ struct Params {
   int tile_h, tile_w;
   int brick_h, brick_w;   // brick rows and columns (the first `skew` columns before the first one the tile reads)
   int skew;               // (-shift[2]) mod 4: the brick starts at a multiple of 4 (load_units)
+  int ragged_rows;        // the input width is not a multiple of 4 (load_units)
   int brick_pixels;       // pixels of one channel group's plane, past the brick where the tile's rows read further
   int units;              // load_units' units of a k-step: 2 groups x K_d brick_h rows x column blocks
   FastDivmod blocks_div;   // column blocks of 4 a brick row
@@ -171,21 +172,36 @@ __device__ __forceinline__ void load_units(const Params& p, const Tile& t, int s
     // Straight-line predicated loads: all of a thread's loads go out before the first result is needed.
 #pragma unroll
     for (int c = 0; c < kChannels; ++c) {
-      const bool ok = row && c0 + c < p.cin;
+      const bool ok = row && whole && c0 + c < p.cin;
       const Input* at_c = src + c * p.in_stride[1];
-      const bool edge = ok && !whole;  // the row's last 1-3 columns, one element at a time
       if constexpr (Math::kChannelsPerWord == 1) {
-        const uint4 v = load_or_zero<uint4>(ok && whole, at_c);
-        units.word[i][4 * c] = v.x | load_or_zero<uint32_t>(edge, at_c);
-        units.word[i][4 * c + 1] = v.y | load_or_zero<uint32_t>(edge && iw + 1 < p.in_size[2], at_c + 1);
-        units.word[i][4 * c + 2] = v.z | load_or_zero<uint32_t>(edge && iw + 2 < p.in_size[2], at_c + 2);
-        units.word[i][4 * c + 3] = v.w;
+        const uint4 v = load_or_zero<uint4>(ok, at_c);
+        units.word[i][4 * c] = v.x, units.word[i][4 * c + 1] = v.y;
+        units.word[i][4 * c + 2] = v.z, units.word[i][4 * c + 3] = v.w;
       } else {
-        const uint2 v = load_or_zero<uint2>(ok && whole, at_c);
-        units.word[i][2 * c] = v.x | load_or_zero<uint16_t>(edge, at_c) |
-                               static_cast<uint32_t>(load_or_zero<uint16_t>(edge && iw + 1 < p.in_size[2], at_c + 1))
-                                   << 16;
-        units.word[i][2 * c + 1] = v.y | load_or_zero<uint16_t>(edge && iw + 2 < p.in_size[2], at_c + 2);
+        const uint2 v = load_or_zero<uint2>(ok, at_c);
+        units.word[i][2 * c] = v.x, units.word[i][2 * c + 1] = v.y;
+      }
+    }
+    // Rows whose width is not a multiple of 4 (a wider allocation's: vectors_fit) end in 1-3 columns loaded element
+    // by element. A branch the whole grid takes alike: issued for every unit, even predicated off, these loads were
+    // half of the 16-bit kernel's load instructions (ncu, H200, 2026-11-27 17:4x UTC).
+    if (p.ragged_rows) {
+      const bool edge = row && !whole;
+#pragma unroll
+      for (int c = 0; c < kChannels; ++c) {
+        const bool ok = edge && c0 + c < p.cin;
+        const Input* at_c = src + c * p.in_stride[1];
+        if constexpr (Math::kChannelsPerWord == 1) {
+          units.word[i][4 * c] |= load_or_zero<uint32_t>(ok, at_c);
+          units.word[i][4 * c + 1] |= load_or_zero<uint32_t>(ok && iw + 1 < p.in_size[2], at_c + 1);
+          units.word[i][4 * c + 2] |= load_or_zero<uint32_t>(ok && iw + 2 < p.in_size[2], at_c + 2);
+        } else {
+          units.word[i][2 * c] |=
+              load_or_zero<uint16_t>(ok, at_c) |
+              static_cast<uint32_t>(load_or_zero<uint16_t>(ok && iw + 1 < p.in_size[2], at_c + 1)) << 16;
+          units.word[i][2 * c + 1] |= load_or_zero<uint16_t>(ok && iw + 2 < p.in_size[2], at_c + 2);
+        }
       }
     }
   }
