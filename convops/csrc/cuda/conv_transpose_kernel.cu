@@ -272,14 +272,16 @@ at::Tensor prepare_shift_weight(const at::Tensor& weight5d, int n_tile, int co_b
   return finite_operands(w.contiguous(), tf32);
 }
 
+// The shift kernel on the plan shift_gemm::applies chose.
 template <class Math>
-void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d, bool tf32) {
+void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d, bool tf32,
+                       const cuda::shift_gemm::Plan& plan) {
   namespace sg = cuda::shift_gemm;
   constexpr int kElementBytes = sizeof(typename Math::Input);
   const int n_tile = sg::channel_tile(cp.cout_g);
   const int k_steps = cuda::ceil_div(cp.cin_g * kElementBytes, sg::kStepBytes);
   const int sms = cuda::multiprocessor_count();
-  const sg::Plan plan = sg::choose_plan(cp, n_tile, k_steps, cuda::max_shared_memory_per_block(), sms);
+  TORCH_INTERNAL_ASSERT(plan.row_blocks > 0, "shift_gemm: no plan");
   sg::Params p{};
   p.input = cp.input;
   p.bias = cp.bias;
@@ -297,7 +299,7 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   p.cin = cp.cin_g;
   p.cout = cp.cout_g;
   p.k_steps = k_steps;
-  p.taps = cp.kernel[0] * cp.kernel[1] * cp.kernel[2];
+  const int taps = cp.kernel[0] * cp.kernel[1] * cp.kernel[2];
   p.tile_h = plan.tile_h;
   p.tile_w = plan.tile_w;
   p.brick_h = plan.brick_h;
@@ -308,7 +310,7 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   p.units = plan.units;
   p.blocks_div = cuda::FastDivmod(cuda::ceil_div(plan.brick_w, 4));
   p.brick_h_div = cuda::FastDivmod(plan.brick_h);
-  p.weight_step_bytes = p.taps * n_tile * sg::kStepBytes;
+  p.weight_step_bytes = taps * n_tile * sg::kStepBytes;
   p.stage_bytes = plan.stage_bytes;
   p.tiles_h = plan.tiles_h;
   p.tiles_w = plan.tiles_w;
@@ -349,8 +351,8 @@ void launch_tensor_core_path(const ConvTransposeParams& p, const at::Tensor& inp
                              bool tf32) {
   int64_t sizes[5];
   for (int i = 0; i < 5; ++i) sizes[i] = input5d.size(i);
-  if (cuda::shift_gemm::applies(p, static_cast<int>(sizeof(typename Math::Input)), sizes)) {
-    return launch_shift_gemm<Math>(p, weight5d, tf32);
+  if (const auto plan = cuda::shift_gemm::applies(p, static_cast<int>(sizeof(typename Math::Input)), sizes)) {
+    return launch_shift_gemm<Math>(p, weight5d, tf32, *plan);
   }
   launch_tensor_core<Math>(p, weight5d, tf32);
 }

@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -66,7 +67,7 @@ struct Params {
   int in_size[3], out_size[3], kernel[3];
   int shift[3];  // kernel - 1 - padding: input coordinate = output coordinate - shift + tap
   int cin, cout;
-  int k_steps, taps;
+  int k_steps;
   int tile_h, tile_w;
   int brick_h, brick_w;   // brick rows and columns (the first `skew` columns before the first one the tile reads)
   int skew;               // (-shift[2]) mod 4: the brick starts at a multiple of 4 (load_units)
@@ -77,7 +78,7 @@ struct Params {
   FastDivmod brick_h_div;
   int weight_step_bytes;  // the weights of one k-step: taps x N x 32 bytes
   int stage_bytes;        // brick + weights of one k-step
-  int tiles_h, tiles_w, co_blocks;
+  int tiles_h, tiles_w, co_blocks;  // of the tile decode (tile_at, through the divisors below)
   int total_tiles;
   FastDivmod co_blocks_div, tiles_w_div, tiles_h_div, out_d_div;  // tile index -> (n, od, h tile, w tile, block)
   FastDivmod brick_w_div;  // GEMM row -> (tile row, column)
@@ -351,8 +352,8 @@ __global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(
     const Cursor next = next_step(p, at);
     // Stage s was last read by step s - 2's MMAs, done before the previous iteration's barrier.
     store_units<Math>(p, units, stage_of(s));
+    cp_async_wait<0>();  // the weights, then the fence: both the stores and the copies reach wgmma's proxy
     wgmma::publish_stores();
-    cp_async_wait<0>();
     wgmma::wait<0>();  // step s - 1's MMAs are done: its stage may be refilled, its accumulators read
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb) wgmma::pin(acc[mb]);  // ... and only now (the compiler cannot see the wait)
@@ -486,18 +487,18 @@ inline bool vectors_fit(const ConvTransposeParams& p, const void* data, int elem
 // Whether the kernel serves the problem of p (filled by conv_transpose_kernel_path): stride 1, dilation 1, one group,
 // TF32 / bf16 / fp16 (the caller's tensor-core precision policies), inputs whose rows load as vectors, wgmma on this
 // device, a tile that fits shared memory and the registers of load_units.
-inline bool applies(const ConvTransposeParams& p, int element_bytes, const int64_t (&in_sizes)[5]) {
-  if (!enabled() || p.groups != 1 || p.cin_g < 1) return false;
+inline std::optional<Plan> applies(const ConvTransposeParams& p, int element_bytes, const int64_t (&in_sizes)[5]) {
+  if (!enabled() || p.groups != 1 || p.cin_g < 1) return std::nullopt;
   for (int d = 0; d < 3; ++d) {
-    if (p.stride[d] != 1 || p.dilation[d] != 1) return false;
+    if (p.stride[d] != 1 || p.dilation[d] != 1) return std::nullopt;
   }
-  if (!vectors_fit(p, p.input, element_bytes, in_sizes)) return false;
-  if (!wgmma::runs_here()) return false;
+  if (!vectors_fit(p, p.input, element_bytes, in_sizes) || !wgmma::runs_here()) return std::nullopt;
   const int n_tile = channel_tile(p.cout_g);
   const Plan plan = choose_plan(p, n_tile, ceil_div(p.cin_g * element_bytes, kStepBytes), max_shared_memory_per_block(),
                                 multiprocessor_count());
   // Tile indices (and the grid's stride over them) are ints.
-  return plan.row_blocks > 0 && total_tiles(p, plan, n_tile) <= std::numeric_limits<int>::max() / 2;
+  if (plan.row_blocks == 0 || total_tiles(p, plan, n_tile) > std::numeric_limits<int>::max() / 2) return std::nullopt;
+  return plan;
 }
 
 }  // namespace shift_gemm
