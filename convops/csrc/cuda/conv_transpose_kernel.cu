@@ -312,16 +312,14 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   p.brick_h_div = cuda::FastDivmod(plan.brick_h);
   p.weight_step_bytes = taps * n_tile * sg::kStepBytes;
   p.stage_bytes = plan.stage_bytes;
-  p.tiles_h = plan.tiles_h;
-  p.tiles_w = plan.tiles_w;
-  p.co_blocks = cuda::ceil_div(cp.cout_g, n_tile);
+  const int co_blocks = cuda::ceil_div(cp.cout_g, n_tile);
   p.total_tiles = static_cast<int>(sg::total_tiles(cp, plan, n_tile));  // within int: shift_gemm::applies
-  p.co_blocks_div = cuda::FastDivmod(p.co_blocks);
-  p.tiles_w_div = cuda::FastDivmod(p.tiles_w);
-  p.tiles_h_div = cuda::FastDivmod(p.tiles_h);
+  p.co_blocks_div = cuda::FastDivmod(co_blocks);
+  p.tiles_w_div = cuda::FastDivmod(plan.tiles_w);
+  p.tiles_h_div = cuda::FastDivmod(plan.tiles_h);
   p.out_d_div = cuda::FastDivmod(cp.out_size[0]);
   p.brick_w_div = cuda::FastDivmod(plan.brick_w);
-  const at::Tensor weight = prepare_shift_weight(weight5d, n_tile, p.co_blocks, k_steps, tf32);
+  const at::Tensor weight = prepare_shift_weight(weight5d, n_tile, co_blocks, k_steps, tf32);
   p.weight = weight.data_ptr();
 
   const auto run = [&](auto kernel) {

@@ -78,7 +78,6 @@ struct Params {
   FastDivmod brick_h_div;
   int weight_step_bytes;  // the weights of one k-step: taps x N x 32 bytes
   int stage_bytes;        // brick + weights of one k-step
-  int tiles_h, tiles_w, co_blocks;  // of the tile decode (tile_at, through the divisors below)
   int total_tiles;
   FastDivmod co_blocks_div, tiles_w_div, tiles_h_div, out_d_div;  // tile index -> (n, od, h tile, w tile, block)
   FastDivmod brick_w_div;  // GEMM row -> (tile row, column)

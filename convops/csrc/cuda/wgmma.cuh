@@ -139,43 +139,6 @@ __device__ __forceinline__ void pin(float (&acc)[N]) {
   "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "  \
   "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
-// acc (64 x 128, f32, the m64nNk8 fragment order) = A (64 x 8, TF32) * B (8 x 128, TF32) + (accumulate ? acc : 0),
-// both operands K-major in shared memory. Asynchronous: the accumulators are the warpgroup's only after commit() and
-// wait(). Starting a sum with accumulate = false, rather than writing the accumulators first, keeps ordinary
-// instructions from defining them while wgmma may be in flight (ptxas would then serialize the wgmma).
-__device__ __forceinline__ void mma_m64n128k8_tf32(float (&acc)[64], uint64_t a, uint64_t b, bool accumulate) {
-#if CONVOPS_HAS_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " CONVOPS_WGMMA_D64 ", %64, %65, p, 1, 1;\n}\n"
-      : CONVOPS_WGMMA_ACC64(acc)
-      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
-      : "memory");
-#endif
-}
-
-// The same for 16-bit operands (K = 16), bf16 or fp16 as kBf16 says.
-template <bool kBf16>
-__device__ __forceinline__ void mma_m64n128k16(float (&acc)[64], uint64_t a, uint64_t b, bool accumulate) {
-#if CONVOPS_HAS_WGMMA
-  if constexpr (kBf16) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " CONVOPS_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : CONVOPS_WGMMA_ACC64(acc)
-        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
-        : "memory");
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " CONVOPS_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : CONVOPS_WGMMA_ACC64(acc)
-        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
-        : "memory");
-  }
-#endif
-}
-
 // The 32 accumulator operands of an m64n64 instruction.
 #define CONVOPS_WGMMA_ACC32(a)                                                                                      \
   "+f"(a[0]), "+f"(a[1]), "+f"(a[2]), "+f"(a[3]), "+f"(a[4]), "+f"(a[5]), "+f"(a[6]), "+f"(a[7]), "+f"(a[8]),      \
@@ -187,40 +150,6 @@ __device__ __forceinline__ void mma_m64n128k16(float (&acc)[64], uint64_t a, uin
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
   "%24, %25, %26, %27, %28, %29, %30, %31}"
 
-// acc (64 x 64) = A (64 x 8, TF32) * B (8 x 64, TF32) + (accumulate ? acc : 0), as mma_m64n128k8_tf32 for N = 64.
-__device__ __forceinline__ void mma_m64n64k8_tf32(float (&acc)[32], uint64_t a, uint64_t b, bool accumulate) {
-#if CONVOPS_HAS_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 " CONVOPS_WGMMA_D32 ", %32, %33, p, 1, 1;\n}\n"
-      : CONVOPS_WGMMA_ACC32(acc)
-      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
-      : "memory");
-#endif
-}
-
-// The same for 16-bit operands (K = 16), bf16 or fp16 as kBf16 says.
-template <bool kBf16>
-__device__ __forceinline__ void mma_m64n64k16(float (&acc)[32], uint64_t a, uint64_t b, bool accumulate) {
-#if CONVOPS_HAS_WGMMA
-  if constexpr (kBf16) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CONVOPS_WGMMA_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : CONVOPS_WGMMA_ACC32(acc)
-        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
-        : "memory");
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " CONVOPS_WGMMA_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : CONVOPS_WGMMA_ACC32(acc)
-        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
-        : "memory");
-  }
-#endif
-}
-
 // The 12 accumulator operands of an m64n24 instruction.
 #define CONVOPS_WGMMA_ACC12(a)                                                                                     \
   "+f"(a[0]), "+f"(a[1]), "+f"(a[2]), "+f"(a[3]), "+f"(a[4]), "+f"(a[5]), "+f"(a[6]), "+f"(a[7]), "+f"(a[8]),      \
@@ -228,40 +157,45 @@ __device__ __forceinline__ void mma_m64n64k16(float (&acc)[32], uint64_t a, uint
 
 #define CONVOPS_WGMMA_D12 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}"
 
-// acc (64 x 24) = A (64 x 8, TF32) * B (8 x 24, TF32) + (accumulate ? acc : 0), as mma_m64n128k8_tf32 for N = 24.
-__device__ __forceinline__ void mma_m64n24k8_tf32(float (&acc)[12], uint64_t a, uint64_t b, bool accumulate) {
+// One wgmma instruction, SHAPE_TYPES ("m64n64k8.f32.tf32.tf32", ...) with accumulators ACC(acc) listed as D, the
+// operand numbers of the descriptors a and b and of the accumulate flag (A, B, P) and the instruction's immediates
+// (IMM: the scales, and for 16-bit operands the transposes, none).
 #if CONVOPS_HAS_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n24k8.f32.tf32.tf32 " CONVOPS_WGMMA_D12 ", %12, %13, p, 1, 1;\n}\n"
-      : CONVOPS_WGMMA_ACC12(acc)
-      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
-      : "memory");
+#define CONVOPS_WGMMA(SHAPE_TYPES, ACC, D, A, B, P, IMM)                                                             \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n"                                                   \
+               "wgmma.mma_async.sync.aligned." SHAPE_TYPES " " D ", %" A ", %" B ", p" IMM ";\n}\n"              \
+               : ACC(acc)                                                                                         \
+               : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))                                                \
+               : "memory")
+#else
+#define CONVOPS_WGMMA(SHAPE_TYPES, ACC, D, A, B, P, IMM) ((void)acc, (void)a, (void)b, (void)accumulate)
 #endif
-}
 
-// The same for 16-bit operands (K = 16), bf16 or fp16 as kBf16 says.
-template <bool kBf16>
-__device__ __forceinline__ void mma_m64n24k16(float (&acc)[12], uint64_t a, uint64_t b, bool accumulate) {
-#if CONVOPS_HAS_WGMMA
-  if constexpr (kBf16) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 " CONVOPS_WGMMA_D12 ", %12, %13, p, 1, 1, 0, 0;\n}\n"
-        : CONVOPS_WGMMA_ACC12(acc)
-        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
-        : "memory");
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 " CONVOPS_WGMMA_D12 ", %12, %13, p, 1, 1, 0, 0;\n}\n"
-        : CONVOPS_WGMMA_ACC12(acc)
-        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate))
-        : "memory");
+// For N output columns (R = N / 2 accumulators a thread): mma_m64n<N>k8_tf32, acc (64 x N, f32, the m64nNk8
+// fragment order) = A (64 x 8, TF32) * B (8 x N, TF32) + (accumulate ? acc : 0), both operands K-major in shared
+// memory; and mma_m64n<N>k16<kBf16>, the same for 16-bit operands (K = 16), bf16 or fp16 as kBf16 says.
+// Asynchronous: the accumulators are the warpgroup's only after commit() and wait(). Starting a sum with
+// accumulate = false, rather than writing the accumulators first, keeps ordinary instructions from defining them
+// while wgmma may be in flight (ptxas would then serialize the wgmma).
+#define CONVOPS_WGMMA_SHAPE(N, R, ACC, D, A, B, P)                                                                 \
+  __device__ __forceinline__ void mma_m64n##N##k8_tf32(float (&acc)[R], uint64_t a, uint64_t b, bool accumulate) { \
+    CONVOPS_WGMMA("m64n" #N "k8.f32.tf32.tf32", ACC, D, A, B, P, ", 1, 1");                                         \
+  }                                                                                                                \
+  template <bool kBf16>                                                                                            \
+  __device__ __forceinline__ void mma_m64n##N##k16(float (&acc)[R], uint64_t a, uint64_t b, bool accumulate) {     \
+    if constexpr (kBf16) {                                                                                         \
+      CONVOPS_WGMMA("m64n" #N "k16.f32.bf16.bf16", ACC, D, A, B, P, ", 1, 1, 0, 0");                                \
+    } else {                                                                                                       \
+      CONVOPS_WGMMA("m64n" #N "k16.f32.f16.f16", ACC, D, A, B, P, ", 1, 1, 0, 0");                                  \
+    }                                                                                                              \
   }
-#endif
-}
 
+CONVOPS_WGMMA_SHAPE(128, 64, CONVOPS_WGMMA_ACC64, CONVOPS_WGMMA_D64, "64", "65", "66")
+CONVOPS_WGMMA_SHAPE(64, 32, CONVOPS_WGMMA_ACC32, CONVOPS_WGMMA_D32, "32", "33", "34")
+CONVOPS_WGMMA_SHAPE(24, 12, CONVOPS_WGMMA_ACC12, CONVOPS_WGMMA_D12, "12", "13", "14")
+
+#undef CONVOPS_WGMMA_SHAPE
+#undef CONVOPS_WGMMA
 #undef CONVOPS_WGMMA_D12
 #undef CONVOPS_WGMMA_ACC12
 
