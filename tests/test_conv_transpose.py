@@ -339,7 +339,18 @@ SHIFT_TILINGS = {"mb4_split_rows": Case(2, 16, 24, (4, 24, 300), (3, 3, 3), (1,)
                  "mb6_split_rows": Case(2, 16, 24, (4, 40, 300), (3, 3, 3), (1,) * 3, (0,) * 3, (0,) * 3, (1,) * 3),
                  "mb2_split_rows": Case(3, 16, 24, (6, 20, 128), (3, 3, 3), (1,) * 3, (0,) * 3, (0,) * 3, (1,) * 3),
                  "n64_mb3_two_blocks": Case(2, 24, 70, (4, 12, 200), (3, 3, 3), (1,) * 3, (0,) * 3, (0,) * 3,
-                                            (1,) * 3)}
+                                            (1,) * 3),
+                 # 16-bit bricks 2 columns mod 4 wide take their units in quartets (shift_gemm::UnitPlace): 42 brick
+                 # rows (the last quartet padded, as the L1-70 seed's), 27 column blocks (the last pair padded) over
+                 # 264 tiles, and N = 64 in 2-D with 17 blocks a row.
+                 "quartets_padded_rows": Case(3, 16, 24, (6, 20, 24), (3, 3, 3), (1,) * 3, (0,) * 3, (0,) * 3, (1,) * 3),
+                 "quartets_odd_blocks": Case(3, 16, 24, (6, 20, 100), (3, 3, 3), (1,) * 3, (0,) * 3, (0,) * 3, (1,) * 3),
+                 "quartets_n64": Case(2, 40, 64, (20, 60), (3, 5), (1, 1), (1, 2), (0, 0), (1, 1))}
+
+
+def ran_quartets(kernels: set[str]) -> bool:
+    """Whether the shift kernel ran with its units in quartets (its last template argument)."""
+    return any("conv_transpose_shift_gemm_kernel<" in k and "true>" in k for k in kernels)
 
 
 @pytest.mark.cuda
@@ -351,16 +362,19 @@ def test_cuda_shift_kernel_tilings_match_aten(name, dtype, tf32):
     with allow_tf32(tf32):
         ran = cuda_kernels_run(lambda: OPS[case.dims][0](x, w, b, **case.params()))
     assert ran_shift_kernel(ran) == takes_shift_kernel(case, x, tf32), ran
+    assert ran_quartets(ran) == (name.startswith("quartets") and dtype == torch.bfloat16), ran
     check_against_aten(case, dtype, "cuda", "contiguous", tf32)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [*DTYPES, torch.float64])
 @pytest.mark.parametrize("width", [13, 14, 15])
-def test_stride_one_rows_padded_past_the_width(device, dtype, width):
+@pytest.mark.parametrize("kernel", [(3, 4), (3, 3)])
+def test_stride_one_rows_padded_past_the_width(device, dtype, width, kernel):
     """Rows of a wider allocation (strides multiples of 4, widths that are not): the shift kernel loads the last
-    columns of each row element by element, and nothing past them."""
-    case = Case(2, 10, 6, (5, width), (3, 4), (1, 1), (1, 1), (0, 0), (1, 1))
+    columns of each row element by element, and nothing past them. (A 3 x 3 kernel on 13 columns makes 16-bit bricks
+    18 columns wide: units in quartets.)"""
+    case = Case(2, 10, 6, (5, width), kernel, (1, 1), (1, 1), (0, 0), (1, 1))
     x = make_tensor((2, 10, 5, 16), dtype, device)[..., :width]
     _, w, b = case.tensors(dtype, device)
     check_input_view(case, x, w, b)

@@ -173,10 +173,11 @@ def cases():
             xs2, ws2 = rand(1, 64, 4, 400, dtype=dtype), rand(64, 64, 3, 7, dtype=dtype)
             xs70, ws70 = rand(2, 19, 9, 12, dtype=dtype), rand(19, 70, 3, 2, dtype=dtype)
             xsp = rand(2, 10, 5, 16, dtype=dtype)[..., :13]
-            wsp = rand(10, 6, 3, 4, dtype=dtype)
+            wsp, wsq = rand(10, 6, 3, 4, dtype=dtype), rand(10, 6, 3, 3, dtype=dtype)
+            # (16-bit bricks of the 3-D case and of the 3 x 3 padded rows are 18 columns wide: units in quartets.)
             for name, xi, wi, bi, pad in (("3d seed-like", xs3, ws3, bs3, 0), ("2d seed-like", xs2, ws2, None, 0),
                                           ("two channel blocks", xs70, ws70, None, (1, 0)),
-                                          ("padded rows", xsp, wsp, None, 1)):
+                                          ("padded rows", xsp, wsp, None, 1), ("padded rows 3x3", xsp, wsq, None, 1)):
                 dims = xi.dim() - 2
                 ours, aten = getattr(torch.ops.convops, f"conv_transpose{dims}d"), getattr(F, f"conv_transpose{dims}d")
                 yield (f"conv_transpose shift kernel {name} {tag}",

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 #include "common/checks.h"
@@ -308,7 +309,10 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   p.ragged_rows = cp.in_size[2] % 4 != 0;
   p.brick_pixels = plan.brick_pixels;
   p.units = plan.units;
-  p.blocks_div = cuda::FastDivmod(cuda::ceil_div(plan.brick_w, 4));
+  p.blocks = cuda::ceil_div(plan.brick_w, 4);
+  p.blocks_div = cuda::FastDivmod(p.blocks);
+  p.pairs_div = cuda::FastDivmod(cuda::ceil_div(p.blocks, 2));
+  p.rows_in_group = cp.kernel[0] * plan.brick_h;
   p.brick_h_div = cuda::FastDivmod(plan.brick_h);
   p.weight_step_bytes = taps * n_tile * sg::kStepBytes;
   p.stage_bytes = plan.stage_bytes;
@@ -329,15 +333,23 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
     kernel<<<grid, sg::kThreads, shared, c10::cuda::getCurrentCUDAStream()>>>(p);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
+  // Quartets are 16-bit only (shift_gemm::UnitPlace): TF32 compiles the rows order alone.
+  const auto by_order = [&](auto n, auto mb) {
+    constexpr int kN = decltype(n)::value, kMB = decltype(mb)::value;
+    if constexpr (Math::kChannelsPerWord == 2) {
+      if (plan.quartets) return run(sg::conv_transpose_shift_gemm_kernel<Math, kN, kMB, true>);
+    }
+    run(sg::conv_transpose_shift_gemm_kernel<Math, kN, kMB, false>);
+  };
   const int mb = plan.row_blocks;
   if (n_tile == 24) {
-    if (mb == 2) run(sg::conv_transpose_shift_gemm_kernel<Math, 24, 2>);
-    else if (mb == 4) run(sg::conv_transpose_shift_gemm_kernel<Math, 24, 4>);
-    else run(sg::conv_transpose_shift_gemm_kernel<Math, 24, 6>);
+    if (mb == 2) by_order(std::integral_constant<int, 24>{}, std::integral_constant<int, 2>{});
+    else if (mb == 4) by_order(std::integral_constant<int, 24>{}, std::integral_constant<int, 4>{});
+    else by_order(std::integral_constant<int, 24>{}, std::integral_constant<int, 6>{});
   } else {
-    if (mb == 1) run(sg::conv_transpose_shift_gemm_kernel<Math, 64, 1>);
-    else if (mb == 2) run(sg::conv_transpose_shift_gemm_kernel<Math, 64, 2>);
-    else run(sg::conv_transpose_shift_gemm_kernel<Math, 64, 3>);
+    if (mb == 1) by_order(std::integral_constant<int, 64>{}, std::integral_constant<int, 1>{});
+    else if (mb == 2) by_order(std::integral_constant<int, 64>{}, std::integral_constant<int, 2>{});
+    else by_order(std::integral_constant<int, 64>{}, std::integral_constant<int, 3>{});
   }
   launch_nonfinite_weight_correction<Math>(cp, weight5d);
 }

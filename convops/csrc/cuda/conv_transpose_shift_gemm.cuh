@@ -17,10 +17,12 @@
 //
 // (kernels-research.md section 2 derives this design: with N = C_out = 24 an im2col GEMM would move 39 GB from L2.)
 //
-// Where the time goes (L1-70 seed, batch 8, H200, 2026-11-27, bench/PERF_NOTES.md): TF32 4.27 ms, bf16 2.43. The
-// MMAs alone would take ~1.9 ms in TF32: an m64n24k8 reads (64 + 24) x 32 bytes of shared memory for 12 cycles of
-// tensor work, so it runs at ~22 cycles (a microbenchmark: 54% of the TF32 rate; N = 64 reaches 99%). The rest is the
-// brick's loads and stores and each step's barrier, which the MMAs of one step do not fully cover.
+// Where the time goes (L1-70 seed, batch 8, H200, 2026-11-27 19:01 UTC, bench/PERF_NOTES.md): TF32 3.85 ms, bf16
+// 1.94. The MMAs alone would take ~1.9 ms in TF32: an m64n24k8 reads (64 + 24) x 32 bytes of shared memory for 12
+// cycles of tensor work, so it runs at ~22 cycles (a microbenchmark: 54% of the TF32 rate; N = 64 reaches 99%). The
+// brick's stores share that shared-memory port: the 16-bit units in quartets (UnitPlace), free of bank conflicts,
+// took bf16 from 2.08 to 1.93 ms. The rest is the brick's loads and each step's barrier, which the MMAs of one step
+// do not fully cover.
 //
 // Pipeline: two shared-memory stages. A k-step's brick is loaded into registers as vectors of 4 columns of one
 // channel (load_units: the input is NCHW, so a pixel's 16-byte row of channels gathers 4 or 8 planes), transposed,
@@ -74,7 +76,10 @@ struct Params {
   int ragged_rows;        // the input width is not a multiple of 4 (load_units)
   int brick_pixels;       // pixels of one channel group's plane, past the brick where the tile's rows read further
   int units;              // load_units' units of a k-step: 2 groups x K_d brick_h rows x column blocks
+  int rows_in_group;      // K_d brick_h
+  int blocks;             // column blocks of 4 a brick row
   FastDivmod blocks_div;   // column blocks of 4 a brick row
+  FastDivmod pairs_div;    // pairs of column blocks a brick row (unit quartets)
   FastDivmod brick_h_div;
   int weight_step_bytes;  // the weights of one k-step: taps x N x 32 bytes
   int stage_bytes;        // brick + weights of one k-step
@@ -133,25 +138,48 @@ struct Units {
   uint32_t word[kUnits][16];  // TF32: [channel][column]; 16-bit: [channel][column pair]
 };
 
-// Unit u: channel group, brick row (z, y) and column block.
+// Unit u: channel group, brick row (z, y) and column block, in one of two orders:
+// - rows: consecutive units take consecutive column blocks of a row (the loads of a warp: one or two rows);
+// - quartets (16-bit bricks whose rows are 2 pixels mod 4 long, Plan::quartets): a quarter warp takes 4 consecutive
+//   rows x 2 consecutive column blocks, the second block's threads storing their columns in the order 1, 0, 3, 2 (for
+//   16-bit words only a PRMT selector). Its eight 16-byte stores then meet eight distinct bank groups (the rows start
+//   2 pixels apart mod 8) where rows order has four threads on each of two (ncu, L1-70 bf16, H200 2026-11-27 18:51
+//   UTC: 17.4 M of the 23.9 M shared-store wavefronts were conflicts; quartets 0.6 M of 7.4 M, the kernel 7% faster).
+//   TF32 measured no faster in quartets: the flip costs it a PRMT a word, and its 16-byte loads lose more coalescing.
 struct UnitPlace {
   int group, z, y, column;
+  int row;     // z brick_h + y
+  bool valid;  // a unit of the brick (the indices past it pad the last row quartet or block pair)
+  int flip;    // 1: stores its columns in the order 1, 0, 3, 2
 };
 
+template <bool kQuartets>
 __device__ __forceinline__ UnitPlace unit_place(const Params& p, int u) {
   UnitPlace at;
-  int rest;
-  at.column = 4 * p.blocks_div.divmod(u, rest);
-  at.group = rest >= p.kernel[0] * p.brick_h;
-  rest -= at.group * p.kernel[0] * p.brick_h;
-  at.y = p.brick_h_div.divmod(rest, at.z);
+  int row;
+  if constexpr (kQuartets) {
+    const int lane8 = u & 7, block_in_pair = lane8 >> 2;
+    int quartet;
+    const int block = 2 * p.pairs_div.divmod(u >> 3, quartet) + block_in_pair;
+    row = 4 * quartet + (lane8 & 3);
+    at.column = 4 * block;
+    at.valid = block < p.blocks && row < 2 * p.rows_in_group;
+    at.flip = block_in_pair;
+  } else {
+    at.column = 4 * p.blocks_div.divmod(u, row);
+    at.valid = u < p.units;
+    at.flip = 0;
+  }
+  at.group = row >= p.rows_in_group;
+  at.row = row - at.group * p.rows_in_group;
+  at.y = p.brick_h_div.divmod(at.row, at.z);
   return at;
 }
 
 // The brick's first input column: a multiple of 4 (tile widths are multiples of 4, so the skew is the problem's).
 __device__ __forceinline__ int brick_column0(const Params& p, const Tile& t) { return t.ow0 - p.shift[2] - p.skew; }
 
-template <class Math, int kUnits>
+template <class Math, bool kQuartets, int kUnits>
 __device__ __forceinline__ void load_units(const Params& p, const Tile& t, int step, Units<kUnits>& units) {
   using Input = typename Math::Input;
   constexpr int kChannels = 4 * Math::kChannelsPerWord;  // a 16-byte group
@@ -160,9 +188,9 @@ __device__ __forceinline__ void load_units(const Params& p, const Tile& t, int s
 #pragma unroll
   for (int i = 0; i < kUnits; ++i) {
     const int u = threadIdx.x + i * kThreads;
-    const UnitPlace at = unit_place(p, u);
+    const UnitPlace at = unit_place<kQuartets>(p, u);
     const int id = t.od - p.shift[0] + at.z, ih = t.oh0 - p.shift[1] + at.y, iw = column0 + at.column;
-    const bool row = u < p.units && id >= 0 && id < p.in_size[0] && ih >= 0 && ih < p.in_size[1] && iw >= 0 &&
+    const bool row = at.valid && id >= 0 && id < p.in_size[0] && ih >= 0 && ih < p.in_size[1] && iw >= 0 &&
                      iw < p.in_size[2];
     const bool whole = iw + 4 <= p.in_size[2];  // else the row's last columns: element by element
     const int c0 = step * 2 * kChannels + at.group * kChannels;
@@ -211,30 +239,34 @@ __device__ __forceinline__ void load_units(const Params& p, const Tile& t, int s
 // group (ncu, H200, 2026-11-27: 14.5-way conflicts, 73% of the store wavefronts), yet storing them in a rotated order,
 // conflict-free, measured no faster for the selects it costs (17:36 UTC: L1-70 TF32 4.19 against 4.27 ms, bf16 2.51
 // against 2.43, L1-65 TF32 1.86 against 1.82).
-template <class Math, int kUnits>
+template <class Math, bool kQuartets, int kUnits>
 __device__ __forceinline__ void store_units(const Params& p, const Units<kUnits>& units, unsigned char* stage) {
+  static_assert(!kQuartets || Math::kChannelsPerWord == 2, "quartets flip 16-bit columns only");
 #pragma unroll
   for (int i = 0; i < kUnits; ++i) {
     const int u = threadIdx.x + i * kThreads;
-    const UnitPlace at = unit_place(p, u);
-    unsigned char* dst = stage + at.group * p.brick_pixels * kGroupBytes +
-                         ((at.z * p.brick_h + at.y) * p.brick_w + at.column) * kGroupBytes;
+    const UnitPlace at = unit_place<kQuartets>(p, u);
+    unsigned char* dst = stage + at.group * p.brick_pixels * kGroupBytes + (at.row * p.brick_w + at.column) * kGroupBytes;
+    // Iteration j stores column j ^ flip: the even iterations at dst_even, the odd ones at dst_odd (+ 2 columns).
+    unsigned char* dst_even = dst + at.flip * kGroupBytes;
+    unsigned char* dst_odd = dst + (1 - at.flip) * kGroupBytes;
     const uint32_t* w = units.word[i];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // the unit's column
+    for (int j = 0; j < 4; ++j) {
       uint4 v;
       if constexpr (Math::kChannelsPerWord == 1) {
         v = make_uint4(tf32_bits(__uint_as_float(w[j])), tf32_bits(__uint_as_float(w[4 + j])),
                        tf32_bits(__uint_as_float(w[8 + j])), tf32_bits(__uint_as_float(w[12 + j])));
-      } else {  // word k: channels 2k, 2k + 1 at column j (half j % 2 of their column pair j / 2)
+      } else {  // word k: channels 2k, 2k + 1 at column pair k; column j ^ flip is that pair's half (j ^ flip) % 2
         constexpr uint32_t kLow = 0x5410, kHigh = 0x7632;
-        const uint32_t selector = j % 2 ? kHigh : kLow;
+        const uint32_t selector = (j % 2) ^ at.flip ? kHigh : kLow;
         v = make_uint4(__byte_perm(w[j / 2], w[2 + j / 2], selector), __byte_perm(w[4 + j / 2], w[6 + j / 2], selector),
                        __byte_perm(w[8 + j / 2], w[10 + j / 2], selector),
                        __byte_perm(w[12 + j / 2], w[14 + j / 2], selector));
       }
       // The row's last block may pass brick_w: those columns belong to the next row, written by its own unit.
-      if (u < p.units && at.column + j < p.brick_w) *reinterpret_cast<uint4*>(dst + j * kGroupBytes) = v;
+      unsigned char* to = (j % 2 ? dst_odd : dst_even) + (j / 2) * 2 * kGroupBytes;
+      if (at.valid && at.column + (j ^ at.flip) < p.brick_w) *reinterpret_cast<uint4*>(to) = v;
     }
   }
 }
@@ -327,7 +359,7 @@ __device__ __forceinline__ void store_tile(const Params& p, const Tile& t, int w
   }
 }
 
-template <class Math, int N, int MB>
+template <class Math, int N, int MB, bool kQuartets>
 __global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(const __grid_constant__ Params p) {
 #if CONVOPS_HAS_WGMMA
   extern __shared__ __align__(128) unsigned char smem[];
@@ -338,7 +370,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(
   // Step s + 1's brick is loaded into registers and its weights copied while step s's MMAs run.
   Units<max_units(N)> units;
   const auto issue_loads = [&](const Cursor& c, int s) {
-    load_units<Math>(p, c.tile, c.k, units);
+    load_units<Math, kQuartets>(p, c.tile, c.k, units);
     copy_weights(p, c.tile, c.k, stage_of(s) + 2 * p.brick_pixels * kGroupBytes);
     cp_async_commit();
   };
@@ -350,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(
   for (int s = 0; at.tile_index < p.total_tiles; ++s) {
     const Cursor next = next_step(p, at);
     // Stage s was last read by step s - 2's MMAs, done before the previous iteration's barrier.
-    store_units<Math>(p, units, stage_of(s));
+    store_units<Math, kQuartets>(p, units, stage_of(s));
     cp_async_wait<0>();  // the weights, then the fence: both the stores and the copies reach wgmma's proxy
     wgmma::publish_stores();
     wgmma::wait<0>();  // step s - 1's MMAs are done: its stage may be refilled, its accumulators read
@@ -394,15 +426,26 @@ constexpr int kRowBlocks64[] = {1, 2, 3};
 struct Plan {
   int row_blocks = 0;  // MB: 0 where no tile fits shared memory
   int tile_h = 0, tile_w = 0, brick_h = 0, brick_w = 0, skew = 0, brick_pixels = 0, stage_bytes = 0, units = 0;
+  bool quartets = false;  // the brick's units in quartets (unit_place)
   int tiles_h = 0, tiles_w = 0;
 };
+
+// For A/B timing, read once: CONVOPS_SHIFT_QUARTETS=0 keeps every brick in rows order (UnitPlace).
+inline bool quartets_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("CONVOPS_SHIFT_QUARTETS");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return on;
+}
 
 // The tile with the fewest estimated cycles: a k-step costs the longer of its MMAs (their shared-memory operand
 // reads, 128 bytes a cycle, or the tensor cores' rate) and its loads (~64 bytes a cycle from L2), plus ~200 cycles
 // of barrier and waits; tiles are spread over one block an SM. Rows past the tile and the last K_w - 1 + skew columns
 // of each row cost MMAs, so tile widths are balanced and tile_h rows of brick_w fill the warpgroups' rows closely.
 // Tile widths are multiples of 4 (or the whole output row), so that every tile's brick starts `skew` columns early.
-inline Plan choose_plan(const ConvTransposeParams& p, int n_tile, int k_steps, int shared_limit, int sms) {
+inline Plan choose_plan(const ConvTransposeParams& p, int n_tile, int element_bytes, int shared_limit, int sms) {
+  const int k_steps = ceil_div(p.cin_g * element_bytes, kStepBytes);
   const int kd = p.kernel[0], kh = p.kernel[1], kw = p.kernel[2], taps = kd * kh * kw;
   const int skew = ((p.padding[2] - (kw - 1)) % 4 + 4) % 4;  // (-shift) mod 4
   const int co_blocks = ceil_div(p.cout_g, n_tile);
@@ -430,8 +473,12 @@ inline Plan choose_plan(const ConvTransposeParams& p, int n_tile, int k_steps, i
       t.brick_h = tile_h + kh - 1;
       t.tiles_h = ceil_div(p.out_size[1], tile_h);
       // 64-bit until bounded: huge kernels make huge bricks.
-      const int64_t units = 2 * int64_t{kd} * t.brick_h * ceil_div(t.brick_w, 4);
-      if (units > int64_t{max_units(n_tile)} * kThreads) continue;
+      const int64_t rows = 2 * int64_t{kd} * t.brick_h, blocks = ceil_div(t.brick_w, 4);
+      const int64_t units = rows * blocks;
+      t.quartets = element_bytes == 2 && t.brick_w % 4 == 2 && quartets_enabled();
+      // Unit indices a k-step: quartets pad the rows to a multiple of 4 and the blocks to a multiple of 2.
+      const int64_t indices = t.quartets ? ceil_div(rows, int64_t{4}) * 4 * ceil_div(blocks, int64_t{2}) * 2 : units;
+      if (indices > int64_t{max_units(n_tile)} * kThreads) continue;
       const int64_t brick = int64_t{kd} * t.brick_h * t.brick_w;
       const int64_t reach = (int64_t{kd - 1} * t.brick_h + kh - 1) * t.brick_w + kw - 1 + skew + rows;
       const int64_t pixels = (std::max(brick, reach) + 7) / 8 * 8;
@@ -493,8 +540,7 @@ inline std::optional<Plan> applies(const ConvTransposeParams& p, int element_byt
   }
   if (!vectors_fit(p, p.input, element_bytes, in_sizes) || !wgmma::runs_here()) return std::nullopt;
   const int n_tile = channel_tile(p.cout_g);
-  const Plan plan = choose_plan(p, n_tile, ceil_div(p.cin_g * element_bytes, kStepBytes), max_shared_memory_per_block(),
-                                multiprocessor_count());
+  const Plan plan = choose_plan(p, n_tile, element_bytes, max_shared_memory_per_block(), multiprocessor_count());
   // Tile indices (and the grid's stride over them) are ints.
   if (plan.row_blocks == 0 || total_tiles(p, plan, n_tile) > std::numeric_limits<int>::max() / 2) return std::nullopt;
   return plan;
