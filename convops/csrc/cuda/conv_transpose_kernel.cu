@@ -316,6 +316,7 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   p.brick_h_div = cuda::FastDivmod(plan.brick_h);
   p.weight_step_bytes = taps * n_tile * sg::kStepBytes;
   p.stage_bytes = plan.stage_bytes;
+  p.pair_stores = sg::epilogue_pairs_fit(cp, plan.brick_w, plan.tile_w, kElementBytes);
   const int co_blocks = cuda::ceil_div(cp.cout_g, n_tile);
   p.total_tiles = static_cast<int>(sg::total_tiles(cp, plan, n_tile));  // within int: shift_gemm::applies
   p.co_blocks_div = cuda::FastDivmod(co_blocks);
@@ -327,7 +328,7 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   p.weight = weight.data_ptr();
 
   const auto run = [&](auto kernel) {
-    const int shared = 2 * p.stage_bytes;
+    const int shared = 2 * p.stage_bytes + sg::epilogue_bytes(n_tile, kElementBytes);
     cuda::allow_dynamic_shared_memory(kernel, shared);
     const unsigned grid = static_cast<unsigned>(std::min(p.total_tiles, sms));
     kernel<<<grid, sg::kThreads, shared, c10::cuda::getCurrentCUDAStream()>>>(p);

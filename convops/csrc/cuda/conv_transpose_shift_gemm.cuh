@@ -21,15 +21,15 @@
 // 1.94. The MMAs alone would take ~1.9 ms in TF32: an m64n24k8 reads (64 + 24) x 32 bytes of shared memory for 12
 // cycles of tensor work, so it runs at ~22 cycles (a microbenchmark: 54% of the TF32 rate; N = 64 reaches 99%). The
 // brick's stores share that shared-memory port: the 16-bit units in quartets (UnitPlace), free of bank conflicts,
-// took bf16 from 2.08 to 1.93 ms. The rest is the brick's loads and each step's barrier, which the MMAs of one step
-// do not fully cover.
+// took bf16 from 2.08 to 1.93 ms. The rest is the brick's loads, each step's barrier and each tile's epilogue,
+// which the MMAs do not cover (bench/PERF_NOTES.md: the kernel with each part switched off).
 //
 // Pipeline: two shared-memory stages. A k-step's brick is loaded into registers as vectors of 4 columns of one
 // channel (load_units: the input is NCHW, so a pixel's 16-byte row of channels gathers 4 or 8 planes), transposed,
 // rounded to TF32 where it applies and stored into its stage while the previous k-step's MMAs run; the weights come
 // by cp.async. Blocks are persistent and walk their tiles' k-steps as one stream, so the next tile's first loads
-// overlap this tile's last MMAs; the accumulators go from registers straight to the output (a warp store writes 8
-// consecutive pixels of 4 channels), bias added.
+// overlap this tile's last MMAs; the accumulators leave through a shared-memory slice a warp, bias added
+// (store_tile), past the two stages.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -83,6 +83,7 @@ struct Params {
   FastDivmod brick_h_div;
   int weight_step_bytes;  // the weights of one k-step: taps x N x 32 bytes
   int stage_bytes;        // brick + weights of one k-step
+  int pair_stores;        // the output takes store_tile's 2-element stores (epilogue_pairs_fit)
   int total_tiles;
   FastDivmod co_blocks_div, tiles_w_div, tiles_h_div, out_d_div;  // tile index -> (n, od, h tile, w tile, block)
   FastDivmod brick_w_div;  // GEMM row -> (tile row, column)
@@ -315,14 +316,29 @@ __device__ __forceinline__ void multiply_step(const Params& p, const unsigned ch
   }
 }
 
-// The tile's outputs from the accumulators, bias added: lane (g, t) of warp w holds GEMM rows 16 w + g (+ 8) of each
-// block and channels 8 j + 2 t (+ 1).
+// The tile's outputs, through shared memory. Lane (g, q) of warp w holds GEMM rows 16 w + g (+ 8) of each block
+// and channels 8 j + 2 q (+ 1); each warp writes its 16 rows x N channels (bias added, converted) into its own
+// slice, [channel][16 pixels + pad], and stores them back as pairs of adjacent pixels: one store instruction writes
+// 16 whole pixels of 4 channels. The epilogue sits on the critical path between a tile's last MMA and the next
+// tile's first (18% of L1-65 bf16, 7-14% of L1-70: the kernel without it, H200 2026-11-27 19:07 UTC); storing
+// straight from the accumulators, 4 channels x 8 pixels an instruction (half sectors), measured 1-3% slower (19:14:
+// L1-65 TF32 1.575 against 1.530 ms, bf16 0.901 / 0.894; L1-70 TF32 3.895 / 3.837, bf16 1.958 / 1.959).
+__host__ __device__ constexpr int epilogue_pitch(int element_bytes) {  // a channel row: 16 pixels, padded for the banks
+  return element_bytes == 4 ? 20 : 40;
+}
+__host__ __device__ constexpr int epilogue_bytes(int n_tile, int element_bytes) {
+  return (kThreads / 32) * n_tile * epilogue_pitch(element_bytes) * element_bytes;
+}
+
 template <class Math, int N, int MB>
-__device__ __forceinline__ void store_tile(const Params& p, const Tile& t, int wg, const float (&acc)[MB][N / 2]) {
+__device__ __forceinline__ void store_tile(const Params& p, const Tile& t, int wg, const float (&acc)[MB][N / 2],
+                                           unsigned char* scratch) {
   using Input = typename Math::Input;
+  constexpr int kPitch = epilogue_pitch(sizeof(Input));
   const Input* bias = static_cast<const Input*>(p.bias);
   Input* out = static_cast<Input*>(p.output);
-  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int warp_in_wg = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  Input* slice = reinterpret_cast<Input*>(scratch) + (threadIdx.x / 32) * N * kPitch;
   const int64_t image = static_cast<int64_t>(t.n) * p.out_stride[0] + static_cast<int64_t>(t.od) * p.out_stride[2];
   const int co0 = t.co_block * N;
   float bias_of[N / 4];
@@ -334,29 +350,61 @@ __device__ __forceinline__ void store_tile(const Params& p, const Tile& t, int w
       bias_of[2 * j + e] = bias != nullptr && co < p.cout ? Math::to_acc(bias[co]) : 0.f;
     }
   }
+  const int pair = lane % 8;  // the read-back: channel rows lane / 8 + 4 i, pixels 2 pair and 2 pair + 1
 #pragma unroll
   for (int mb = 0; mb < MB; ++mb) {
+    // Every accumulator goes to shared memory unconditionally (no divergent read of the wgmma registers: C7520).
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int m = (wg * MB + mb) * 64 + 16 * warp + g + 8 * half;
-      int r;
-      const int c = p.brick_w_div.divmod(m, r);
-      const int oh = t.oh0 + r, ow = t.ow0 + c;
-      const bool inside = r < p.tile_h && c < p.tile_w && oh < p.out_size[1] && ow < p.out_size[2];
-      Input* dst = out + image + static_cast<int64_t>(inside ? oh : 0) * p.out_stride[3] +
-                   static_cast<int64_t>(inside ? ow : 0) * p.out_stride[4];
-      // Predicated stores, no branches: see store_if.
+    for (int j = 0; j < N / 8; ++j) {
 #pragma unroll
-      for (int j = 0; j < N / 8; ++j) {
+      for (int half = 0; half < 2; ++half) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int co = co0 + 8 * j + 2 * q + e;
-          store_if(inside && co < p.cout, dst + static_cast<int64_t>(co < p.cout ? co : 0) * p.out_stride[1],
-                   Math::from_acc(acc[mb][4 * j + 2 * half + e] + bias_of[2 * j + e]));
+          slice[(8 * j + 2 * q + e) * kPitch + g + 8 * half] =
+              Math::from_acc(acc[mb][4 * j + 2 * half + e] + bias_of[2 * j + e]);
         }
       }
     }
+    __syncwarp();
+    const int m = (wg * MB + mb) * 64 + 16 * warp_in_wg + 2 * pair;
+    const auto place = [&](int row, bool& inside) {  // GEMM row -> its output element (channel 0), or the tile's
+      int r;
+      const int c = p.brick_w_div.divmod(row, r);
+      const int oh = t.oh0 + r, ow = t.ow0 + c;
+      inside = r < p.tile_h && c < p.tile_w && oh < p.out_size[1] && ow < p.out_size[2];
+      return out + image + static_cast<int64_t>(inside ? oh : 0) * p.out_stride[3] +
+             static_cast<int64_t>(inside ? ow : 0) * p.out_stride[4];
+    };
+    bool first, second;
+    Input* at0 = place(m, first);
+    Input* at1 = place(m + 1, second);
+    // pair_stores: the two pixels are adjacent in one output row and the pair's address is aligned to it.
+    const bool together = p.pair_stores && first && second;
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      const int ch = lane / 8 + 4 * i, co = co0 + ch;
+      const bool channel = co < p.cout;
+      const int64_t offset = static_cast<int64_t>(channel ? co : 0) * p.out_stride[1];
+      const Input* src = slice + ch * kPitch + 2 * pair;
+      using Pair = std::conditional_t<sizeof(Input) == 4, uint2, uint32_t>;
+      store_if(channel && together, reinterpret_cast<Pair*>(at0 + offset), *reinterpret_cast<const Pair*>(src));
+      store_if(channel && first && !together, at0 + offset, src[0]);
+      store_if(channel && second && !together, at1 + offset, src[1]);
+    }
+    __syncwarp();  // the slice is read before the next block overwrites it
   }
+}
+
+// Whether the epilogue may store pixel pairs (2 pair, 2 pair + 1) as one vector: they are adjacent in one output
+// row (brick rows and tiles of even widths, so a pair never straddles a row or a tile's edge) and every pair's
+// address is aligned to the pair (contiguous rows, the other strides and the data's address even).
+inline bool epilogue_pairs_fit(const ConvTransposeParams& p, int brick_w, int tile_w, int element_bytes) {
+  if (brick_w % 2 != 0 || tile_w % 2 != 0 || p.out_stride[4] != 1) return false;
+  if (reinterpret_cast<uintptr_t>(p.output) % (2 * element_bytes) != 0) return false;
+  for (int i = 0; i < 4; ++i) {
+    if (p.out_stride[i] % 2 != 0) return false;
+  }
+  return true;
 }
 
 template <class Math, int N, int MB, bool kQuartets>
@@ -388,7 +436,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(
     wgmma::wait<0>();  // step s - 1's MMAs are done: its stage may be refilled, its accumulators read
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb) wgmma::pin(acc[mb]);  // ... and only now (the compiler cannot see the wait)
-    if (at.k == 0 && pending) store_tile<Math, N, MB>(p, multiplied, wg, acc);
+    if (at.k == 0 && pending) store_tile<Math, N, MB>(p, multiplied, wg, acc, smem + 2 * p.stage_bytes);
     __syncthreads();  // every thread's part of stage s is in; no warpgroup reads stage s - 1 any more
     // The next step's loads go out before this step's MMAs are issued: 5.00 against 5.90 ms after them (L1-70 TF32,
     // H200, 2026-11-27 17:02 UTC), as their latency then overlaps the MMA issue too; with the MMA issue made cheap
@@ -406,7 +454,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(
   wgmma::wait<0>();
 #pragma unroll
   for (int mb = 0; mb < MB; ++mb) wgmma::pin(acc[mb]);
-  if (pending) store_tile<Math, N, MB>(p, multiplied, wg, acc);
+  if (pending) store_tile<Math, N, MB>(p, multiplied, wg, acc, smem + 2 * p.stage_bytes);
 #else
   __trap();  // launch() runs this kernel only where its machine code is sm_90a
 #endif
@@ -483,7 +531,8 @@ inline Plan choose_plan(const ConvTransposeParams& p, int n_tile, int element_by
       const int64_t reach = (int64_t{kd - 1} * t.brick_h + kh - 1) * t.brick_w + kw - 1 + skew + rows;
       const int64_t pixels = (std::max(brick, reach) + 7) / 8 * 8;
       const int64_t stage = 2 * kGroupBytes * pixels + int64_t{taps} * n_tile * kStepBytes;
-      if (2 * stage > shared_limit) continue;
+      // The epilogue's slices (epilogue_bytes) follow the two stages.
+      if (2 * stage + epilogue_bytes(n_tile, element_bytes) > shared_limit) continue;
       t.units = static_cast<int>(units);
       t.brick_pixels = static_cast<int>(pixels);
       t.stage_bytes = static_cast<int>(stage);

@@ -178,13 +178,19 @@ __device__ __forceinline__ void store_vector_if(bool store, uint4* dst, const ui
       : "memory");
 }
 
-// *dst = value where `store` holds, for one 4- or 2-byte element, as one predicated instruction: a kernel whose
+// *dst = value where `store` holds, for one 8-, 4- or 2-byte value, as one predicated instruction: a kernel whose
 // epilogue reads wgmma accumulators must not read them on a divergent path (ptxas then serializes its wgmma, warning
 // C7520), and a branch around each store is one.
 template <typename T>
 __device__ __forceinline__ void store_if(bool store, T* dst, T value) {
-  static_assert(sizeof(T) == 4 || sizeof(T) == 2, "4- or 2-byte elements");
-  if constexpr (sizeof(T) == 4) {
+  static_assert(sizeof(T) == 8 || sizeof(T) == 4 || sizeof(T) == 2, "8-, 4- or 2-byte elements");
+  if constexpr (sizeof(T) == 8) {
+    const uint2 v = *reinterpret_cast<const uint2*>(&value);
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p st.global.v2.b32 [%1], {%2, %3};\n}\n" ::"r"(
+                     static_cast<int>(store)),
+                 "l"(dst), "r"(v.x), "r"(v.y)
+                 : "memory");
+  } else if constexpr (sizeof(T) == 4) {
     asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p st.global.b32 [%1], %2;\n}\n" ::"r"(
                      static_cast<int>(store)),
                  "l"(dst), "r"(*reinterpret_cast<const uint32_t*>(&value))
