@@ -320,19 +320,24 @@ __device__ __forceinline__ void multiply_step(const Params& p, const unsigned ch
 // and channels 8 j + 2 q (+ 1); each warp writes its 16 rows x N channels (bias added, converted) into its own
 // slice, [channel][16 pixels + pad], and stores them back as pairs of adjacent pixels: one store instruction writes
 // 16 whole pixels of 4 channels. The epilogue sits on the critical path between a tile's last MMA and the next
-// tile's first (18% of L1-65 bf16, 7-14% of L1-70: the kernel without it, H200 2026-11-27 19:07 UTC); storing
-// straight from the accumulators, 4 channels x 8 pixels an instruction (half sectors), measured 1-3% slower (19:14:
-// L1-65 TF32 1.575 against 1.530 ms, bf16 0.901 / 0.894; L1-70 TF32 3.895 / 3.837, bf16 1.958 / 1.959).
+// tile's first (18% of L1-65 bf16, 7-14% of L1-70: the kernel without it, H200 2026-11-27 19:07 UTC). Against
+// store_tile_direct (H200, same builds): L1-65 TF32 1.530 against 1.575 ms, bf16 0.875 / 0.903, L1-70 TF32 3.80 /
+// 3.85 (19:14-19:19 UTC), but L1-70 bf16 (16-bit, N = 24) 1.99 against 1.93, its kernel's registers 248 against
+// 198: that kernel keeps the direct stores (staged_epilogue).
 __host__ __device__ constexpr int epilogue_pitch(int element_bytes) {  // a channel row: 16 pixels, padded for the banks
   return element_bytes == 4 ? 20 : 40;
 }
-__host__ __device__ constexpr int epilogue_bytes(int n_tile, int element_bytes) {
-  return (kThreads / 32) * n_tile * epilogue_pitch(element_bytes) * element_bytes;
+__host__ __device__ constexpr bool staged_epilogue(int n_tile, int element_bytes) {
+  return !(n_tile == 24 && element_bytes == 2);
+}
+__host__ __device__ constexpr int epilogue_bytes(int n_tile, int element_bytes) {  // past the two stages
+  return staged_epilogue(n_tile, element_bytes) ? (kThreads / 32) * n_tile * epilogue_pitch(element_bytes) * element_bytes
+                                                : 0;
 }
 
 template <class Math, int N, int MB>
-__device__ __forceinline__ void store_tile(const Params& p, const Tile& t, int wg, const float (&acc)[MB][N / 2],
-                                           unsigned char* scratch) {
+__device__ __forceinline__ void store_tile_staged(const Params& p, const Tile& t, int wg, const float (&acc)[MB][N / 2],
+                                                  unsigned char* scratch) {
   using Input = typename Math::Input;
   constexpr int kPitch = epilogue_pitch(sizeof(Input));
   const Input* bias = static_cast<const Input*>(p.bias);
@@ -395,6 +400,58 @@ __device__ __forceinline__ void store_tile(const Params& p, const Tile& t, int w
   }
 }
 
+// The tile's outputs straight from the accumulators, bias added: a store instruction writes 8 consecutive pixels of
+// 4 channels (store_tile_staged's layout of the accumulators). Where store_tile_staged is not measured faster.
+template <class Math, int N, int MB>
+__device__ __forceinline__ void store_tile_direct(const Params& p, const Tile& t, int wg, const float (&acc)[MB][N / 2]) {
+  using Input = typename Math::Input;
+  const Input* bias = static_cast<const Input*>(p.bias);
+  Input* out = static_cast<Input*>(p.output);
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int64_t image = static_cast<int64_t>(t.n) * p.out_stride[0] + static_cast<int64_t>(t.od) * p.out_stride[2];
+  const int co0 = t.co_block * N;
+  float bias_of[N / 4];
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int co = co0 + 8 * j + 2 * q + e;
+      bias_of[2 * j + e] = bias != nullptr && co < p.cout ? Math::to_acc(bias[co]) : 0.f;
+    }
+  }
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int m = (wg * MB + mb) * 64 + 16 * warp + g + 8 * half;
+      int r;
+      const int c = p.brick_w_div.divmod(m, r);
+      const int oh = t.oh0 + r, ow = t.ow0 + c;
+      const bool inside = r < p.tile_h && c < p.tile_w && oh < p.out_size[1] && ow < p.out_size[2];
+      Input* dst = out + image + static_cast<int64_t>(inside ? oh : 0) * p.out_stride[3] +
+                   static_cast<int64_t>(inside ? ow : 0) * p.out_stride[4];
+      // Predicated stores, no branches: see store_if.
+#pragma unroll
+      for (int j = 0; j < N / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int co = co0 + 8 * j + 2 * q + e;
+          store_if(inside && co < p.cout, dst + static_cast<int64_t>(co < p.cout ? co : 0) * p.out_stride[1],
+                   Math::from_acc(acc[mb][4 * j + 2 * half + e] + bias_of[2 * j + e]));
+        }
+      }
+    }
+  }
+}
+
+// The kernel's epilogue (see store_tile_staged).
+template <class Math, int N, int MB>
+__device__ __forceinline__ void store_tile(const Params& p, const Tile& t, int wg, const float (&acc)[MB][N / 2],
+                                           unsigned char* smem) {
+  if constexpr (staged_epilogue(N, sizeof(typename Math::Input))) store_tile_staged<Math, N, MB>(p, t, wg, acc, smem + 2 * p.stage_bytes);
+  else store_tile_direct<Math, N, MB>(p, t, wg, acc);
+}
+
 // Whether the epilogue may store pixel pairs (2 pair, 2 pair + 1) as one vector: they are adjacent in one output
 // row (brick rows and tiles of even widths, so a pair never straddles a row or a tile's edge) and every pair's
 // address is aligned to the pair (contiguous rows, the other strides and the data's address even).
@@ -436,7 +493,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(
     wgmma::wait<0>();  // step s - 1's MMAs are done: its stage may be refilled, its accumulators read
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb) wgmma::pin(acc[mb]);  // ... and only now (the compiler cannot see the wait)
-    if (at.k == 0 && pending) store_tile<Math, N, MB>(p, multiplied, wg, acc, smem + 2 * p.stage_bytes);
+    if (at.k == 0 && pending) store_tile<Math, N, MB>(p, multiplied, wg, acc, smem);
     __syncthreads();  // every thread's part of stage s is in; no warpgroup reads stage s - 1 any more
     // The next step's loads go out before this step's MMAs are issued: 5.00 against 5.90 ms after them (L1-70 TF32,
     // H200, 2026-11-27 17:02 UTC), as their latency then overlaps the MMA issue too; with the MMA issue made cheap
@@ -454,7 +511,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(
   wgmma::wait<0>();
 #pragma unroll
   for (int mb = 0; mb < MB; ++mb) wgmma::pin(acc[mb]);
-  if (pending) store_tile<Math, N, MB>(p, multiplied, wg, acc, smem + 2 * p.stage_bytes);
+  if (pending) store_tile<Math, N, MB>(p, multiplied, wg, acc, smem);
 #else
   __trap();  // launch() runs this kernel only where its machine code is sm_90a
 #endif
