@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import random
 from dataclasses import dataclass
 
@@ -345,7 +346,13 @@ SHIFT_TILINGS = {"mb4_split_rows": Case(2, 16, 24, (4, 24, 300), (3, 3, 3), (1,)
                  # 264 tiles, and N = 64 in 2-D with 17 blocks a row.
                  "quartets_padded_rows": Case(3, 16, 24, (6, 20, 24), (3, 3, 3), (1,) * 3, (0,) * 3, (0,) * 3, (1,) * 3),
                  "quartets_odd_blocks": Case(3, 16, 24, (6, 20, 100), (3, 3, 3), (1,) * 3, (0,) * 3, (0,) * 3, (1,) * 3),
-                 "quartets_n64": Case(2, 40, 64, (20, 60), (3, 5), (1, 1), (1, 2), (0, 0), (1, 1))}
+                 "quartets_n64": Case(2, 40, 64, (20, 60), (3, 5), (1, 1), (1, 2), (0, 0), (1, 1)),
+                 # The L1-70 seed's plan at a tenth of its size: 1,144 quartet indices, the fifth unit a thread used.
+                 "quartets_five_units": Case(3, 16, 24, (6, 20, 96), (3, 3, 3), (1,) * 3, (0,) * 3, (0,) * 3, (1,) * 3),
+                 # Odd brick rows (13 = tile_w) over two tile rows: the epilogue's pixel pairs straddle output rows
+                 # and are stored one by one (store_tile_staged without pair_stores), N = 64 and N = 24 (TF32).
+                 "pairs_across_rows_n64": Case(8, 16, 40, (20, 13), (3, 1), (1, 1), (0, 0), (0, 0), (1, 1)),
+                 "pairs_across_rows_n24": Case(8, 16, 24, (20, 13), (3, 1), (1, 1), (0, 0), (0, 0), (1, 1))}
 
 
 def ran_quartets(kernels: set[str]) -> bool:
@@ -353,16 +360,23 @@ def ran_quartets(kernels: set[str]) -> bool:
     return any("conv_transpose_shift_gemm_kernel<" in k and "true>" in k for k in kernels)
 
 
+def takes_quartets(name: str, dtype: torch.dtype) -> bool:
+    """The SHIFT_TILINGS cases made for quartets, in 16-bit, unless CONVOPS_SHIFT_QUARTETS=0 turns them off."""
+    return (name.startswith("quartets") and dtype in (torch.bfloat16, torch.float16)
+            and os.environ.get("CONVOPS_SHIFT_QUARTETS") != "0")
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("name", sorted(SHIFT_TILINGS))
-@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, False)], ids=["tf32", "bf16"])
+@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, False), (torch.float16, False)],
+                         ids=["tf32", "bf16", "fp16"])
 def test_cuda_shift_kernel_tilings_match_aten(name, dtype, tf32):
     case = SHIFT_TILINGS[name]
     x, w, b = case.tensors(dtype, "cuda")
     with allow_tf32(tf32):
         ran = cuda_kernels_run(lambda: OPS[case.dims][0](x, w, b, **case.params()))
     assert ran_shift_kernel(ran) == takes_shift_kernel(case, x, tf32), ran
-    assert ran_quartets(ran) == (name.startswith("quartets") and dtype == torch.bfloat16), ran
+    assert ran_quartets(ran) == takes_quartets(name, dtype), ran
     check_against_aten(case, dtype, "cuda", "contiguous", tf32)
 
 

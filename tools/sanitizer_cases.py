@@ -174,10 +174,13 @@ def cases():
             xs70, ws70 = rand(2, 19, 9, 12, dtype=dtype), rand(19, 70, 3, 2, dtype=dtype)
             xsp = rand(2, 10, 5, 16, dtype=dtype)[..., :13]
             wsp, wsq = rand(10, 6, 3, 4, dtype=dtype), rand(10, 6, 3, 3, dtype=dtype)
-            # (16-bit bricks of the 3-D case and of the 3 x 3 padded rows are 18 columns wide: units in quartets.)
+            x1, w1 = rand(3, 20, 1, 4, dtype=dtype), rand(20, 8, 2, 1, dtype=dtype)
+            # (16-bit bricks of the 3-D case and of the 3 x 3 padded rows are 18 columns wide: units in quartets. One
+            # input row of 4 pixels: a brick much smaller than the GEMM rows that read it.)
             for name, xi, wi, bi, pad in (("3d seed-like", xs3, ws3, bs3, 0), ("2d seed-like", xs2, ws2, None, 0),
                                           ("two channel blocks", xs70, ws70, None, (1, 0)),
-                                          ("padded rows", xsp, wsp, None, 1), ("padded rows 3x3", xsp, wsq, None, 1)):
+                                          ("padded rows", xsp, wsp, None, 1), ("padded rows 3x3", xsp, wsq, None, 1),
+                                          ("one input row", x1, w1, None, 0)):
                 dims = xi.dim() - 2
                 ours, aten = getattr(torch.ops.convops, f"conv_transpose{dims}d"), getattr(F, f"conv_transpose{dims}d")
                 yield (f"conv_transpose shift kernel {name} {tag}",

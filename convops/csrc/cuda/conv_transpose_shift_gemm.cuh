@@ -316,6 +316,21 @@ __device__ __forceinline__ void multiply_step(const Params& p, const unsigned ch
   }
 }
 
+// The bias of the channels lane (g, q) holds, 8 j + 2 q (+ 1) of the tile's block (0 past C_out or without one).
+template <class Math, int N>
+__device__ __forceinline__ void load_bias(const Params& p, int co0, int q, float (&bias_of)[N / 4]) {
+  using Input = typename Math::Input;
+  const Input* bias = static_cast<const Input*>(p.bias);
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int co = co0 + 8 * j + 2 * q + e;
+      bias_of[2 * j + e] = bias != nullptr && co < p.cout ? Math::to_acc(bias[co]) : 0.f;
+    }
+  }
+}
+
 // The tile's outputs, through shared memory. Lane (g, q) of warp w holds GEMM rows 16 w + g (+ 8) of each block
 // and channels 8 j + 2 q (+ 1); each warp writes its 16 rows x N channels (bias added, converted) into its own
 // slice, [channel][16 pixels + pad], and stores them back as pairs of adjacent pixels: one store instruction writes
@@ -340,21 +355,13 @@ __device__ __forceinline__ void store_tile_staged(const Params& p, const Tile& t
                                                   unsigned char* scratch) {
   using Input = typename Math::Input;
   constexpr int kPitch = epilogue_pitch(sizeof(Input));
-  const Input* bias = static_cast<const Input*>(p.bias);
   Input* out = static_cast<Input*>(p.output);
   const int warp_in_wg = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   Input* slice = reinterpret_cast<Input*>(scratch) + (threadIdx.x / 32) * N * kPitch;
   const int64_t image = static_cast<int64_t>(t.n) * p.out_stride[0] + static_cast<int64_t>(t.od) * p.out_stride[2];
   const int co0 = t.co_block * N;
   float bias_of[N / 4];
-#pragma unroll
-  for (int j = 0; j < N / 8; ++j) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int co = co0 + 8 * j + 2 * q + e;
-      bias_of[2 * j + e] = bias != nullptr && co < p.cout ? Math::to_acc(bias[co]) : 0.f;
-    }
-  }
+  load_bias<Math, N>(p, co0, q, bias_of);
   const int pair = lane % 8;  // the read-back: channel rows lane / 8 + 4 i, pixels 2 pair and 2 pair + 1
 #pragma unroll
   for (int mb = 0; mb < MB; ++mb) {
@@ -405,20 +412,12 @@ __device__ __forceinline__ void store_tile_staged(const Params& p, const Tile& t
 template <class Math, int N, int MB>
 __device__ __forceinline__ void store_tile_direct(const Params& p, const Tile& t, int wg, const float (&acc)[MB][N / 2]) {
   using Input = typename Math::Input;
-  const Input* bias = static_cast<const Input*>(p.bias);
   Input* out = static_cast<Input*>(p.output);
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
   const int64_t image = static_cast<int64_t>(t.n) * p.out_stride[0] + static_cast<int64_t>(t.od) * p.out_stride[2];
   const int co0 = t.co_block * N;
   float bias_of[N / 4];
-#pragma unroll
-  for (int j = 0; j < N / 8; ++j) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int co = co0 + 8 * j + 2 * q + e;
-      bias_of[2 * j + e] = bias != nullptr && co < p.cout ? Math::to_acc(bias[co]) : 0.f;
-    }
-  }
+  load_bias<Math, N>(p, co0, q, bias_of);
 #pragma unroll
   for (int mb = 0; mb < MB; ++mb) {
 #pragma unroll
@@ -578,11 +577,13 @@ inline Plan choose_plan(const ConvTransposeParams& p, int n_tile, int element_by
       t.brick_h = tile_h + kh - 1;
       t.tiles_h = ceil_div(p.out_size[1], tile_h);
       // 64-bit until bounded: huge kernels make huge bricks.
-      const int64_t rows = 2 * int64_t{kd} * t.brick_h, blocks = ceil_div(t.brick_w, 4);
-      const int64_t units = rows * blocks;
+      // (brick_rows, not rows: the GEMM rows of the tile enter the read reach below.)
+      const int64_t brick_rows = 2 * int64_t{kd} * t.brick_h, blocks = ceil_div(t.brick_w, 4);
+      const int64_t units = brick_rows * blocks;
       t.quartets = element_bytes == 2 && t.brick_w % 4 == 2 && quartets_enabled();
       // Unit indices a k-step: quartets pad the rows to a multiple of 4 and the blocks to a multiple of 2.
-      const int64_t indices = t.quartets ? ceil_div(rows, int64_t{4}) * 4 * ceil_div(blocks, int64_t{2}) * 2 : units;
+      const int64_t indices =
+          t.quartets ? ceil_div(brick_rows, int64_t{4}) * 4 * ceil_div(blocks, int64_t{2}) * 2 : units;
       if (indices > int64_t{max_units(n_tile)} * kThreads) continue;
       const int64_t brick = int64_t{kd} * t.brick_h * t.brick_w;
       const int64_t reach = (int64_t{kd - 1} * t.brick_h + kh - 1) * t.brick_w + kw - 1 + skew + rows;
