@@ -531,6 +531,7 @@ struct Plan {
   int row_blocks = 0;  // MB: 0 where no tile fits shared memory
   int tile_h = 0, tile_w = 0, brick_h = 0, brick_w = 0, skew = 0, brick_pixels = 0, stage_bytes = 0, units = 0;
   bool quartets = false;  // the brick's units in quartets (unit_place)
+  int k_steps = 0;        // 32-byte channel steps of C_in
   int tiles_h = 0, tiles_w = 0;
 };
 
@@ -609,6 +610,7 @@ inline Plan choose_plan(const ConvTransposeParams& p, int n_tile, int element_by
   } else {
     for (const int mb : kRowBlocks64) consider(mb);
   }
+  best.k_steps = k_steps;
   return best;
 }
 
