@@ -275,7 +275,12 @@ def takes_shift_kernel(case: Case, x: torch.Tensor, tf32: bool) -> bool:
 
 
 def ran_shift_kernel(kernels: set[str]) -> bool:
-    return any("conv_transpose_shift_gemm_kernel<" in k for k in kernels)
+    """The shift kernel or, for channel tiles of 64, its warp-specialized form (conv_transpose_shift_gemm_ws.cuh)."""
+    return any("conv_transpose_shift_gemm_kernel<" in k for k in kernels) or ran_warp_specialized(kernels)
+
+
+def ran_warp_specialized(kernels: set[str]) -> bool:
+    return any("conv_transpose_shift_gemm_ws_kernel<" in k for k in kernels)
 
 
 def check_input_view(case: Case, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> list[bool]:
@@ -356,8 +361,10 @@ SHIFT_TILINGS = {"mb4_split_rows": Case(2, 16, 24, (4, 24, 300), (3, 3, 3), (1,)
 
 
 def ran_quartets(kernels: set[str]) -> bool:
-    """Whether the shift kernel ran with its units in quartets (its last template argument)."""
-    return any("conv_transpose_shift_gemm_kernel<" in k and "true>" in k for k in kernels)
+    """Whether the shift kernel (or its warp-specialized form) ran with its units in quartets (the last template
+    argument of both)."""
+    return any(("conv_transpose_shift_gemm_kernel<" in k or "conv_transpose_shift_gemm_ws_kernel<" in k)
+               and "true>" in k for k in kernels)
 
 
 def takes_quartets(name: str, dtype: torch.dtype) -> bool:
@@ -377,6 +384,25 @@ def test_cuda_shift_kernel_tilings_match_aten(name, dtype, tf32):
         ran = cuda_kernels_run(lambda: OPS[case.dims][0](x, w, b, **case.params()))
     assert ran_shift_kernel(ran) == takes_shift_kernel(case, x, tf32), ran
     assert ran_quartets(ran) == takes_quartets(name, dtype), ran
+    check_against_aten(case, dtype, "cuda", "contiguous", tf32)
+
+
+# The SHIFT_TILINGS cases with channel tiles of 64 whose stage (brick and weights of a k-step) fits three times:
+# the warp-specialized kernel takes them (shift_gemm::ws_stages; n64_mb3_two_blocks' 94 KB stage fits twice).
+WARP_SPECIALIZED = {"quartets_n64": True, "pairs_across_rows_n64": True, "n64_mb3_two_blocks": False}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", sorted(WARP_SPECIALIZED))
+@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, False), (torch.float16, False)],
+                         ids=["tf32", "bf16", "fp16"])
+def test_cuda_warp_specialized_shift_kernel_where_three_stages_fit(name, dtype, tf32):
+    case = SHIFT_TILINGS[name]
+    x, w, b = case.tensors(dtype, "cuda")
+    with allow_tf32(tf32):
+        ran = cuda_kernels_run(lambda: OPS[case.dims][0](x, w, b, **case.params()))
+    expected = WARP_SPECIALIZED[name] and os.environ.get("CONVOPS_SHIFT_WS") != "0"
+    assert ran_warp_specialized(ran) == expected, ran
     check_against_aten(case, dtype, "cuda", "contiguous", tf32)
 
 

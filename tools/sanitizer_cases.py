@@ -167,7 +167,8 @@ def cases():
         # Stride 1 on rows that load as vectors: the wgmma shift kernel (TF32, bf16, fp16; csrc/cuda/
         # conv_transpose_shift_gemm.cuh), the seeds' kernels at small size: 3-D C_out 24 over three k-steps, 2-D
         # C_out 64 with an output row split in tiles; then C_out 70 (two channel blocks) and rows padded past an odd
-        # width (their last columns loaded element by element).
+        # width (their last columns loaded element by element). (C_out 64 and 70 take the warp-specialized form,
+        # conv_transpose_shift_gemm_ws.cuh: its mbarriers are what synccheck looks at.)
         if layout == "contiguous":
             xs3, ws3, bs3 = rand(2, 48, 5, 7, 12, dtype=dtype), rand(48, 24, 3, 3, 3, dtype=dtype), rand(24, dtype=dtype)
             xs2, ws2 = rand(1, 64, 4, 400, dtype=dtype), rand(64, 64, 3, 7, dtype=dtype)

@@ -23,6 +23,7 @@
 #include "cuda/conv_transpose_implicit_gemm.cuh"
 #include "cuda/conv_transpose_nonfinite.cuh"
 #include "cuda/conv_transpose_shift_gemm.cuh"
+#include "cuda/conv_transpose_shift_gemm_ws.cuh"
 #include "cuda/device_info.h"
 #include "cuda/path_choice.cuh"
 
@@ -327,20 +328,30 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   const at::Tensor weight = prepare_shift_weight(weight5d, n_tile, co_blocks, k_steps, tf32);
   p.weight = weight.data_ptr();
 
-  const auto run = [&](auto kernel) {
-    const int shared = 2 * p.stage_bytes + sg::epilogue_bytes(n_tile, kElementBytes);
+  // Channel tiles of 64 take the warp-specialized kernel where three stages fit (conv_transpose_shift_gemm_ws.cuh).
+  p.stages = sg::ws_stages(plan, n_tile, cuda::max_shared_memory_per_block());
+  const bool ws = p.stages > 0;
+  const int shared = ws ? p.stages * p.stage_bytes : 2 * p.stage_bytes + sg::epilogue_bytes(n_tile, kElementBytes);
+  const auto run = [&](auto kernel, int threads) {
     cuda::allow_dynamic_shared_memory(kernel, shared);
     const unsigned grid = static_cast<unsigned>(std::min(p.total_tiles, sms));
-    kernel<<<grid, sg::kThreads, shared, c10::cuda::getCurrentCUDAStream()>>>(p);
+    kernel<<<grid, threads, shared, c10::cuda::getCurrentCUDAStream()>>>(p);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
   // Quartets are 16-bit only (shift_gemm::UnitPlace): TF32 compiles the rows order alone.
   const auto by_order = [&](auto n, auto mb) {
     constexpr int kN = decltype(n)::value, kMB = decltype(mb)::value;
+    const auto with = [&](auto quartets) {
+      constexpr bool kQuartets = decltype(quartets)::value;
+      if constexpr (kN == 64) {
+        if (ws) return run(sg::conv_transpose_shift_gemm_ws_kernel<Math, kMB, kQuartets>, sg::kWsThreads);
+      }
+      run(sg::conv_transpose_shift_gemm_kernel<Math, kN, kMB, kQuartets>, sg::kThreads);
+    };
     if constexpr (Math::kChannelsPerWord == 2) {
-      if (plan.quartets) return run(sg::conv_transpose_shift_gemm_kernel<Math, kN, kMB, true>);
+      if (plan.quartets) return with(std::true_type{});
     }
-    run(sg::conv_transpose_shift_gemm_kernel<Math, kN, kMB, false>);
+    with(std::false_type{});
   };
   const int mb = plan.row_blocks;
   if (n_tile == 24) {

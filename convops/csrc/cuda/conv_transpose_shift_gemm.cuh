@@ -29,7 +29,8 @@
 // rounded to TF32 where it applies and stored into its stage while the previous k-step's MMAs run; the weights come
 // by cp.async. Blocks are persistent and walk their tiles' k-steps as one stream, so the next tile's first loads
 // overlap this tile's last MMAs; the accumulators leave through a shared-memory slice a warp, bias added
-// (store_tile), past the two stages.
+// (store_tile), past the two stages. Channel tiles of 64 whose stage fits three times take the warp-specialized form
+// instead (conv_transpose_shift_gemm_ws.cuh: a producer warpgroup, couts as wgmma's M, three or four stages).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -87,6 +88,7 @@ struct Params {
   int total_tiles;
   FastDivmod co_blocks_div, tiles_w_div, tiles_h_div, out_d_div;  // tile index -> (n, od, h tile, w tile, block)
   FastDivmod brick_w_div;  // GEMM row -> (tile row, column)
+  int stages;              // the warp-specialized kernel's stages (conv_transpose_shift_gemm_ws.cuh)
 };
 
 // A tile: output plane od of image n, rows oh0 .., columns ow0 .., channels co_block * N ...
@@ -180,15 +182,18 @@ __device__ __forceinline__ UnitPlace unit_place(const Params& p, int u) {
 // The brick's first input column: a multiple of 4 (tile widths are multiples of 4, so the skew is the problem's).
 __device__ __forceinline__ int brick_column0(const Params& p, const Tile& t) { return t.ow0 - p.shift[2] - p.skew; }
 
+// Units first, first + stride, ...: the shift kernel's 256 threads take u = thread + 256 i, the warp-specialized
+// kernel's producer warpgroup u = thread + 128 i.
 template <class Math, bool kQuartets, int kUnits>
-__device__ __forceinline__ void load_units(const Params& p, const Tile& t, int step, Units<kUnits>& units) {
+__device__ __forceinline__ void load_units(const Params& p, const Tile& t, int step, Units<kUnits>& units, int first,
+                                           int stride) {
   using Input = typename Math::Input;
   constexpr int kChannels = 4 * Math::kChannelsPerWord;  // a 16-byte group
   const Input* in = static_cast<const Input*>(p.input);
   const int column0 = brick_column0(p, t);
 #pragma unroll
   for (int i = 0; i < kUnits; ++i) {
-    const int u = threadIdx.x + i * kThreads;
+    const int u = first + i * stride;
     const UnitPlace at = unit_place<kQuartets>(p, u);
     const int id = t.od - p.shift[0] + at.z, ih = t.oh0 - p.shift[1] + at.y, iw = column0 + at.column;
     const bool row = at.valid && id >= 0 && id < p.in_size[0] && ih >= 0 && ih < p.in_size[1] && iw >= 0 &&
@@ -241,11 +246,12 @@ __device__ __forceinline__ void load_units(const Params& p, const Tile& t, int s
 // conflict-free, measured no faster for the selects it costs (17:36 UTC: L1-70 TF32 4.19 against 4.27 ms, bf16 2.51
 // against 2.43, L1-65 TF32 1.86 against 1.82).
 template <class Math, bool kQuartets, int kUnits>
-__device__ __forceinline__ void store_units(const Params& p, const Units<kUnits>& units, unsigned char* stage) {
+__device__ __forceinline__ void store_units(const Params& p, const Units<kUnits>& units, unsigned char* stage, int first,
+                                            int stride) {
   static_assert(!kQuartets || Math::kChannelsPerWord == 2, "quartets flip 16-bit columns only");
 #pragma unroll
   for (int i = 0; i < kUnits; ++i) {
-    const int u = threadIdx.x + i * kThreads;
+    const int u = first + i * stride;
     const UnitPlace at = unit_place<kQuartets>(p, u);
     unsigned char* dst = stage + at.group * p.brick_pixels * kGroupBytes + (at.row * p.brick_w + at.column) * kGroupBytes;
     // Iteration j stores column j ^ flip: the even iterations at dst_even, the odd ones at dst_odd (+ 2 columns).
@@ -272,10 +278,15 @@ __device__ __forceinline__ void store_units(const Params& p, const Units<kUnits>
   }
 }
 
-// The weights of k-step `step` (contiguous in the prepared weight, already in wgmma's layout): 16-byte cp.async.
+// The weights of k-step `step` of the tile's channel block: contiguous in the prepared weight, in wgmma's layout.
+__device__ __forceinline__ const unsigned char* weights_of(const Params& p, const Tile& t, int step) {
+  return static_cast<const unsigned char*>(p.weight) +
+         (static_cast<int64_t>(t.co_block) * p.k_steps + step) * p.weight_step_bytes;
+}
+
+// ... copied by the shift kernel's threads, 16-byte cp.async each.
 __device__ __forceinline__ void copy_weights(const Params& p, const Tile& t, int step, unsigned char* dst) {
-  const unsigned char* src = static_cast<const unsigned char*>(p.weight) +
-                             (static_cast<int64_t>(t.co_block) * p.k_steps + step) * p.weight_step_bytes;
+  const unsigned char* src = weights_of(p, t, step);
   for (int v = threadIdx.x; v < p.weight_step_bytes / 16; v += kThreads) cp_async_zfill<16>(dst + 16 * v, src + 16 * v, true);
 }
 
@@ -310,6 +321,51 @@ __device__ __forceinline__ void multiply_step(const Params& p, const unsigned ch
       for (int jw = 0; jw < p.kernel[2]; ++jw, ++a, b += kTapUnits) {
 #pragma unroll
         for (int mb = 0; mb < MB; ++mb) mma<Math, N>(acc[mb], a + mb * kBlockUnits, b, accumulate);
+        accumulate = true;
+      }
+    }
+  }
+}
+
+// Couts as wgmma's M (the warp-specialized kernel, channel tiles of 64): A = the k-step's weights of a tap (64 couts x
+// 32 bytes, the layout that serves as B above: K-major, 8-row blocks 256 bytes apart), B = the brick at the tap's
+// shift (the A operand above, K-major alike), one m64n<64 MB> instruction a tap for the warpgroup's MB blocks of 64
+// GEMM rows. An m64n64 instruction reads (64 + 64) x 32 bytes of shared memory for 32 tensor-core cycles (TF32), 128
+// bytes a cycle; m64n192 reads (64 + 192) x 32 bytes for 96 cycles. Alone, in the shift kernel, it measured no faster
+// (H200, 2026-11-27 20:5x UTC: L1-65 TF32 1.555 against 1.547 ms, bf16 0.915 against 0.885); what it gives the
+// warp-specialized kernel is an epilogue without shared memory (store_tile_cout_rows), hence a third stage.
+// acc[mb] holds the transpose of the other orientation's block: lane (g, q) of warp w has couts 16 w + g (+ 8) and
+// GEMM rows 64 mb + 8 j + 2 q (+ 1) of the warpgroup's.
+template <class Math, int MB>
+__device__ __forceinline__ void mma_cout_rows(float (&acc)[MB][32], uint64_t a, uint64_t b, bool accumulate) {
+  // The MB blocks are the instruction's 32 MB accumulators in order (the m64nN fragment: 8 columns per 4 registers).
+  auto& flat = reinterpret_cast<float(&)[MB * 32]>(acc);
+  if constexpr (std::is_same_v<Math, Tf32Mma>) {
+    if constexpr (MB == 1) wgmma::mma_m64n64k8_tf32(flat, a, b, accumulate);
+    else if constexpr (MB == 2) wgmma::mma_m64n128k8_tf32(flat, a, b, accumulate);
+    else wgmma::mma_m64n192k8_tf32(flat, a, b, accumulate);
+  } else {
+    constexpr bool kBf16 = std::is_same_v<Math, Bf16Mma>;
+    if constexpr (MB == 1) wgmma::mma_m64n64k16<kBf16>(flat, a, b, accumulate);
+    else if constexpr (MB == 2) wgmma::mma_m64n128k16<kBf16>(flat, a, b, accumulate);
+    else wgmma::mma_m64n192k16<kBf16>(flat, a, b, accumulate);
+  }
+}
+
+template <class Math, int MB>
+__device__ __forceinline__ void multiply_step_cout_rows(const Params& p, const unsigned char* stage, int column_skew,
+                                                        bool first_step, int wg, float (&acc)[MB][32]) {
+  static_assert(MB >= 1 && MB <= 3, "m64n64, m64n128 or m64n192");
+  constexpr uint64_t kTapUnits = 64 * kStepBytes / 16;  // a tap's weights in 16-byte units
+  uint64_t a = wgmma::descriptor(stage + 2 * p.brick_pixels * kGroupBytes, wgmma::kCoreBytes, 2 * wgmma::kCoreBytes);
+  const uint64_t b_first = wgmma::descriptor(stage, p.brick_pixels * kGroupBytes, wgmma::kCoreBytes) +
+                           static_cast<uint64_t>(wg * MB * 64 + column_skew);
+  bool accumulate = !first_step;
+  for (int jd = 0; jd < p.kernel[0]; ++jd) {
+    for (int jh = 0; jh < p.kernel[1]; ++jh) {
+      uint64_t b = b_first + static_cast<uint64_t>((jd * p.brick_h + jh) * p.brick_w);
+      for (int jw = 0; jw < p.kernel[2]; ++jw, ++b, a += kTapUnits) {
+        mma_cout_rows<Math, MB>(acc, a, b, accumulate);
         accumulate = true;
       }
     }
@@ -443,6 +499,64 @@ __device__ __forceinline__ void store_tile_direct(const Params& p, const Tile& t
   }
 }
 
+// The cout-rows orientation's outputs straight from the accumulators, bias added: lane (g, q) holds pixel pairs
+// (GEMM rows 8 j + 2 q, + 1) of two couts, so where pair_stores holds one 8-byte (TF32) or 4-byte (16-bit) store
+// writes both, and a warp's store instruction 8 consecutive pixels of 8 couts: whole 32-byte sectors in fp32, with
+// no shared-memory staging (which the other orientation needs for that).
+template <class Math, int MB>
+__device__ __forceinline__ void store_tile_cout_rows(const Params& p, const Tile& t, int wg, const float (&acc)[MB][32],
+                                                     int thread) {
+  using Input = typename Math::Input;
+  using Pair = std::conditional_t<sizeof(Input) == 4, uint2, uint32_t>;
+  const Input* bias = static_cast<const Input*>(p.bias);
+  Input* out = static_cast<Input*>(p.output);
+  const int warp = thread / 32 % 4, lane = thread % 32, g = lane / 4, q = lane % 4;
+  const int64_t image = static_cast<int64_t>(t.n) * p.out_stride[0] + static_cast<int64_t>(t.od) * p.out_stride[2];
+  int64_t channel_offset[2];
+  bool channel[2];
+  float bias_of[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int co = t.co_block * 64 + 16 * warp + g + 8 * half;
+    channel[half] = co < p.cout;
+    channel_offset[half] = image + static_cast<int64_t>(channel[half] ? co : 0) * p.out_stride[1];
+    bias_of[half] = bias != nullptr && channel[half] ? Math::to_acc(bias[co]) : 0.f;
+  }
+#pragma unroll
+  for (int mb = 0; mb < MB; ++mb) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      // GEMM rows m and m + 1 -> (tile row, column); m is even, so with an even brick width both lie in one row.
+      const int m = (wg * MB + mb) * 64 + 8 * j + 2 * q;
+      int r0;
+      const int c0 = p.brick_w_div.divmod(m, r0);
+      const bool wraps = c0 + 1 == p.brick_w;
+      const int r1 = wraps ? r0 + 1 : r0, c1 = wraps ? 0 : c0 + 1;
+      const int oh0 = t.oh0 + r0, ow0 = t.ow0 + c0, oh1 = t.oh0 + r1, ow1 = t.ow0 + c1;
+      const bool first = r0 < p.tile_h && c0 < p.tile_w && oh0 < p.out_size[1] && ow0 < p.out_size[2];
+      const bool second = r1 < p.tile_h && c1 < p.tile_w && oh1 < p.out_size[1] && ow1 < p.out_size[2];
+      const int64_t at0 = static_cast<int64_t>(first ? oh0 : 0) * p.out_stride[3] +
+                          static_cast<int64_t>(first ? ow0 : 0) * p.out_stride[4];
+      const int64_t at1 = static_cast<int64_t>(second ? oh1 : 0) * p.out_stride[3] +
+                          static_cast<int64_t>(second ? ow1 : 0) * p.out_stride[4];
+      // pair_stores: the two pixels are adjacent in one output row and the pair's address is aligned to it.
+      const bool together = p.pair_stores && first && second;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        // Predicated stores, no branches around the accumulators' reads (C7520): see store_if.
+        const Input v[2] = {Math::from_acc(acc[mb][4 * j + 2 * half] + bias_of[half]),
+                            Math::from_acc(acc[mb][4 * j + 2 * half + 1] + bias_of[half])};
+        Pair both;
+        memcpy(&both, v, sizeof(Pair));
+        Input* at = out + channel_offset[half];
+        store_if(channel[half] && together, reinterpret_cast<Pair*>(at + at0), both);
+        store_if(channel[half] && first && !together, at + at0, v[0]);
+        store_if(channel[half] && second && !together, at + at1, v[1]);
+      }
+    }
+  }
+}
+
 // The kernel's epilogue (see store_tile_staged).
 template <class Math, int N, int MB>
 __device__ __forceinline__ void store_tile(const Params& p, const Tile& t, int wg, const float (&acc)[MB][N / 2],
@@ -474,7 +588,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(
   // Step s + 1's brick is loaded into registers and its weights copied while step s's MMAs run.
   Units<max_units(N)> units;
   const auto issue_loads = [&](const Cursor& c, int s) {
-    load_units<Math, kQuartets>(p, c.tile, c.k, units);
+    load_units<Math, kQuartets>(p, c.tile, c.k, units, threadIdx.x, kThreads);
     copy_weights(p, c.tile, c.k, stage_of(s) + 2 * p.brick_pixels * kGroupBytes);
     cp_async_commit();
   };
@@ -486,7 +600,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(
   for (int s = 0; at.tile_index < p.total_tiles; ++s) {
     const Cursor next = next_step(p, at);
     // Stage s was last read by step s - 2's MMAs, done before the previous iteration's barrier.
-    store_units<Math, kQuartets>(p, units, stage_of(s));
+    store_units<Math, kQuartets>(p, units, stage_of(s), threadIdx.x, kThreads);
     cp_async_wait<0>();  // the weights, then the fence: both the stores and the copies reach wgmma's proxy
     wgmma::publish_stores();
     wgmma::wait<0>();  // step s - 1's MMAs are done: its stage may be refilled, its accumulators read
