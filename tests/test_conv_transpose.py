@@ -357,7 +357,14 @@ SHIFT_TILINGS = {"mb4_split_rows": Case(2, 16, 24, (4, 24, 300), (3, 3, 3), (1,)
                  # Odd brick rows (13 = tile_w) over two tile rows: the epilogue's pixel pairs straddle output rows
                  # and are stored one by one (store_tile_staged without pair_stores), N = 64 and N = 24 (TF32).
                  "pairs_across_rows_n64": Case(8, 16, 40, (20, 13), (3, 1), (1, 1), (0, 0), (0, 0), (1, 1)),
-                 "pairs_across_rows_n24": Case(8, 16, 24, (20, 13), (3, 1), (1, 1), (0, 0), (0, 0), (1, 1))}
+                 "pairs_across_rows_n24": Case(8, 16, 24, (20, 13), (3, 1), (1, 1), (0, 0), (0, 0), (1, 1)),
+                 # Channel tiles of 64 on the warp-specialized kernel (WARP_SPECIALIZED below): an odd brick width (53:
+                 # pixel pairs stored one by one, across rows) with 4 stages; the m64n192 and m64n128 instructions of
+                 # 3 and 2 row blocks with 3 stages, as the L1-65 seed takes them (16-bit bricks 142 and 146 columns
+                 # wide: units in quartets).
+                 "ws_odd_brick": Case(2, 16, 64, (20, 252), (5, 2), (1, 1), (0, 1), (0, 0), (1, 1)),
+                 "quartets_ws_mb3": Case(4, 16, 64, (64, 128), (3, 7), (1, 1), (0, 0), (0, 0), (1, 1)),
+                 "quartets_ws_mb2": Case(4, 16, 64, (30, 132), (3, 7), (1, 1), (0, 0), (0, 0), (1, 1))}
 
 
 def ran_quartets(kernels: set[str]) -> bool:
@@ -387,9 +394,12 @@ def test_cuda_shift_kernel_tilings_match_aten(name, dtype, tf32):
     check_against_aten(case, dtype, "cuda", "contiguous", tf32)
 
 
-# The SHIFT_TILINGS cases with channel tiles of 64 whose stage (brick and weights of a k-step) fits three times:
-# the warp-specialized kernel takes them (shift_gemm::ws_stages; n64_mb3_two_blocks' 94 KB stage fits twice).
-WARP_SPECIALIZED = {"quartets_n64": True, "pairs_across_rows_n64": True, "n64_mb3_two_blocks": False}
+# The SHIFT_TILINGS cases with channel tiles of 64, and whether their stage (brick and weights of a k-step) fits three
+# times, so that the warp-specialized kernel takes them (shift_gemm::ws_stages): n64_mb3_two_blocks' 94 KB stage
+# fits twice (the shift kernel runs), the others 3 or 4 times (pairs_across_rows_n64's rows, 13 elements apart, do
+# not load as vectors: no shift kernel at all).
+WARP_SPECIALIZED = {"quartets_n64": True, "pairs_across_rows_n64": True, "n64_mb3_two_blocks": False,
+                    "ws_odd_brick": True, "quartets_ws_mb3": True, "quartets_ws_mb2": True}
 
 
 @pytest.mark.cuda
@@ -401,7 +411,8 @@ def test_cuda_warp_specialized_shift_kernel_where_three_stages_fit(name, dtype, 
     x, w, b = case.tensors(dtype, "cuda")
     with allow_tf32(tf32):
         ran = cuda_kernels_run(lambda: OPS[case.dims][0](x, w, b, **case.params()))
-    expected = WARP_SPECIALIZED[name] and os.environ.get("CONVOPS_SHIFT_WS") != "0"
+    expected = (WARP_SPECIALIZED[name] and takes_shift_kernel(case, x, tf32)
+                and os.environ.get("CONVOPS_SHIFT_WS") != "0")
     assert ran_warp_specialized(ran) == expected, ran
     check_against_aten(case, dtype, "cuda", "contiguous", tf32)
 

@@ -33,7 +33,7 @@ namespace shift_gemm {
 
 constexpr int kWsThreads = kThreads + 128;
 constexpr int kWsMinStages = 3, kWsMaxStages = 4;
-constexpr int kWsBarrierBytes = 128;  // ptxas's static shared memory for the barriers, beside the stages
+constexpr int kWsBarrierBytes = 128;  // the barriers' static shared memory (ptxas -v: 128 bytes)
 constexpr int kLaunchRegisters = 65536 / kWsThreads / 8 * 8;  // 168
 constexpr int kProducerRegisters = 136, kMmaRegisters = 184;
 static_assert(128 * kProducerRegisters + kThreads * kMmaRegisters <= kWsThreads * kLaunchRegisters &&
