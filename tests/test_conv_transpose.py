@@ -364,7 +364,9 @@ SHIFT_TILINGS = {"mb4_split_rows": Case(2, 16, 24, (4, 24, 300), (3, 3, 3), (1,)
                  # wide: units in quartets).
                  "ws_odd_brick": Case(2, 16, 64, (20, 252), (5, 2), (1, 1), (0, 1), (0, 0), (1, 1)),
                  "quartets_ws_mb3": Case(4, 16, 64, (64, 128), (3, 7), (1, 1), (0, 0), (0, 0), (1, 1)),
-                 "quartets_ws_mb2": Case(4, 16, 64, (30, 132), (3, 7), (1, 1), (0, 0), (0, 0), (1, 1))}
+                 "quartets_ws_mb2": Case(4, 16, 64, (30, 132), (3, 7), (1, 1), (0, 0), (0, 0), (1, 1)),
+                 # 600 units a k-step: the producer's two halves (Params::producer_halves).
+                 "ws_two_halves": Case(2, 16, 64, (4, 12, 100), (3, 3, 1), (1,) * 3, (0,) * 3, (0,) * 3, (1,) * 3)}
 
 
 def ran_quartets(kernels: set[str]) -> bool:
@@ -399,7 +401,7 @@ def test_cuda_shift_kernel_tilings_match_aten(name, dtype, tf32):
 # fits twice (the shift kernel runs), the others 3 or 4 times (pairs_across_rows_n64's rows, 13 elements apart, do
 # not load as vectors: no shift kernel at all).
 WARP_SPECIALIZED = {"quartets_n64": True, "pairs_across_rows_n64": True, "n64_mb3_two_blocks": False,
-                    "ws_odd_brick": True, "quartets_ws_mb3": True, "quartets_ws_mb2": True}
+                    "ws_odd_brick": True, "quartets_ws_mb3": True, "quartets_ws_mb2": True, "ws_two_halves": True}
 
 
 @pytest.mark.cuda

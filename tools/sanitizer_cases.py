@@ -168,7 +168,8 @@ def cases():
         # conv_transpose_shift_gemm.cuh), the seeds' kernels at small size: 3-D C_out 24 over three k-steps, 2-D
         # C_out 64 with an output row split in tiles; then C_out 70 (two channel blocks) and rows padded past an odd
         # width (their last columns loaded element by element). (C_out 64 and 70 take the warp-specialized form,
-        # conv_transpose_shift_gemm_ws.cuh: its mbarriers are what synccheck looks at.)
+        # conv_transpose_shift_gemm_ws.cuh: its mbarriers are what synccheck looks at; the last case's 600 units a
+        # k-step take its producer's two halves.)
         if layout == "contiguous":
             xs3, ws3, bs3 = rand(2, 48, 5, 7, 12, dtype=dtype), rand(48, 24, 3, 3, 3, dtype=dtype), rand(24, dtype=dtype)
             xs2, ws2 = rand(1, 64, 4, 400, dtype=dtype), rand(64, 64, 3, 7, dtype=dtype)
@@ -176,12 +177,14 @@ def cases():
             xsp = rand(2, 10, 5, 16, dtype=dtype)[..., :13]
             wsp, wsq = rand(10, 6, 3, 4, dtype=dtype), rand(10, 6, 3, 3, dtype=dtype)
             x1, w1 = rand(3, 20, 1, 4, dtype=dtype), rand(20, 8, 2, 1, dtype=dtype)
+            xh, wh, bh = rand(2, 16, 4, 12, 100, dtype=dtype), rand(16, 64, 3, 3, 1, dtype=dtype), rand(64, dtype=dtype)
             # (16-bit bricks of the 3-D case and of the 3 x 3 padded rows are 18 columns wide: units in quartets. One
             # input row of 4 pixels: a brick much smaller than the GEMM rows that read it.)
             for name, xi, wi, bi, pad in (("3d seed-like", xs3, ws3, bs3, 0), ("2d seed-like", xs2, ws2, None, 0),
                                           ("two channel blocks", xs70, ws70, None, (1, 0)),
                                           ("padded rows", xsp, wsp, None, 1), ("padded rows 3x3", xsp, wsq, None, 1),
-                                          ("one input row", x1, w1, None, 0)):
+                                          ("one input row", x1, w1, None, 0),
+                                          ("two producer halves", xh, wh, bh, 0)):
                 dims = xi.dim() - 2
                 ours, aten = getattr(torch.ops.convops, f"conv_transpose{dims}d"), getattr(F, f"conv_transpose{dims}d")
                 yield (f"conv_transpose shift kernel {name} {tag}",

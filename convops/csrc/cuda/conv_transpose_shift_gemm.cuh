@@ -89,6 +89,7 @@ struct Params {
   FastDivmod co_blocks_div, tiles_w_div, tiles_h_div, out_d_div;  // tile index -> (n, od, h tile, w tile, block)
   FastDivmod brick_w_div;  // GEMM row -> (tile row, column)
   int stages;              // the warp-specialized kernel's stages (conv_transpose_shift_gemm_ws.cuh)
+  int producer_halves;     // ... and the halves of a k-step's unit indices its producer takes (1 or 2)
 };
 
 // A tile: output plane od of image n, rows oh0 .., columns ow0 .., channels co_block * N ...
@@ -644,6 +645,7 @@ constexpr int kRowBlocks64[] = {1, 2, 3};
 struct Plan {
   int row_blocks = 0;  // MB: 0 where no tile fits shared memory
   int tile_h = 0, tile_w = 0, brick_h = 0, brick_w = 0, skew = 0, brick_pixels = 0, stage_bytes = 0, units = 0;
+  int unit_indices = 0;  // units, or in quartets the indices that pad them (unit_place)
   bool quartets = false;  // the brick's units in quartets (unit_place)
   int k_steps = 0;        // 32-byte channel steps of C_in
   int tiles_h = 0, tiles_w = 0;
@@ -707,6 +709,7 @@ inline Plan choose_plan(const ConvTransposeParams& p, int n_tile, int element_by
       // The epilogue's slices (epilogue_bytes) follow the two stages.
       if (2 * stage + epilogue_bytes(n_tile, element_bytes) > shared_limit) continue;
       t.units = static_cast<int>(units);
+      t.unit_indices = static_cast<int>(indices);
       t.brick_pixels = static_cast<int>(pixels);
       t.stage_bytes = static_cast<int>(stage);
       const double tiles = static_cast<double>(p.batch) * p.out_size[0] * t.tiles_h * t.tiles_w * co_blocks;

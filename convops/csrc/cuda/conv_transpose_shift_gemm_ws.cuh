@@ -81,10 +81,13 @@ __device__ __forceinline__ void produce(const Params& p, unsigned char* smem, ui
       bulk::copy_to_shared(stage + 2 * p.brick_pixels * kGroupBytes, weights_of(p, at.tile, at.k),
                            static_cast<uint32_t>(p.weight_step_bytes), &full[i]);
     }
-    // The shift kernel's 256 threads' units, in two halves.
+    // The shift kernel's 256 threads' units, in two halves where a k-step has more than the first holds (a branch
+    // the grid takes alike: L1-65's 368 units fit in one).
     store_units<Math, kQuartets>(p, units, stage, thread, 128);
-    load_units<Math, kQuartets>(p, at.tile, at.k, units, thread + kUnits * 128, 128);
-    store_units<Math, kQuartets>(p, units, stage, thread + kUnits * 128, 128);
+    if (p.producer_halves == 2) {
+      load_units<Math, kQuartets>(p, at.tile, at.k, units, thread + kUnits * 128, 128);
+      store_units<Math, kQuartets>(p, units, stage, thread + kUnits * 128, 128);
+    }
     wgmma::publish_stores();  // the brick's stores, for wgmma's proxy
     bulk::arrive(&full[i]);
     if (++i == p.stages) i = 0, ++fill;
@@ -99,7 +102,6 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, ui
   bool pending = false;
   int s = 0, i = 0, fill = 0, previous = 0;  // step s: stage i, its fill-th use; step s - 1's stage
   for (Cursor at = first_step(p); at.tile_index < p.total_tiles; at = next_step(p, at), ++s) {
-    bulk::wait(&full[i], fill & 1);
     // Step s - 1's stage goes back to the producer once its MMAs are done: before the epilogue at a new tile (so
     // that the producer is not held up by it), else once at most step s's group runs.
     const auto release_previous = [&] {
@@ -116,6 +118,7 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, ui
       release_previous();
       store_tile_cout_rows<Math, MB>(p, multiplied, wg, acc, thread);
     }
+    bulk::wait(&full[i], fill & 1);  // after the epilogue, which does not read the stage
     wgmma::fence();
     multiply_step_cout_rows<Math, MB>(p, smem + i * p.stage_bytes, p.skew, at.k == 0, wg, acc);
     wgmma::commit();
