@@ -280,7 +280,7 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   namespace sg = cuda::shift_gemm;
   constexpr int kElementBytes = sizeof(typename Math::Input);
   const int n_tile = sg::channel_tile(cp.cout_g);
-  const int k_steps = cuda::ceil_div(cp.cin_g * kElementBytes, sg::kStepBytes);
+  const int k_steps = plan.k_steps;
   const int sms = cuda::multiprocessor_count();
   TORCH_INTERNAL_ASSERT(plan.row_blocks > 0, "shift_gemm: no plan");
   sg::Params p{};
