@@ -388,6 +388,18 @@ __device__ __forceinline__ void load_bias(const Params& p, int co0, int q, float
   }
 }
 
+// GEMM row m of tile t -> the address of its output element in channel 0 (`image`: the output's tile image and
+// plane), and whether the tile stores it (rows past the tile and the brick's extra columns do not).
+template <class Input>
+__device__ __forceinline__ Input* output_of(const Params& p, const Tile& t, Input* image, int m, bool& inside) {
+  int r;
+  const int c = p.brick_w_div.divmod(m, r);
+  const int oh = t.oh0 + r, ow = t.ow0 + c;
+  inside = r < p.tile_h && c < p.tile_w && oh < p.out_size[1] && ow < p.out_size[2];
+  return image + static_cast<int64_t>(inside ? oh : 0) * p.out_stride[3] +
+         static_cast<int64_t>(inside ? ow : 0) * p.out_stride[4];
+}
+
 // The tile's outputs, through shared memory. Lane (g, q) of warp w holds GEMM rows 16 w + g (+ 8) of each block
 // and channels 8 j + 2 q (+ 1); each warp writes its 16 rows x N channels (bias added, converted) into its own
 // slice, [channel][16 pixels + pad], and stores them back as pairs of adjacent pixels: one store instruction writes
@@ -436,17 +448,9 @@ __device__ __forceinline__ void store_tile_staged(const Params& p, const Tile& t
     }
     __syncwarp();
     const int m = (wg * MB + mb) * 64 + 16 * warp_in_wg + 2 * pair;
-    const auto place = [&](int row, bool& inside) {  // GEMM row -> its output element (channel 0), or the tile's
-      int r;
-      const int c = p.brick_w_div.divmod(row, r);
-      const int oh = t.oh0 + r, ow = t.ow0 + c;
-      inside = r < p.tile_h && c < p.tile_w && oh < p.out_size[1] && ow < p.out_size[2];
-      return out + image + static_cast<int64_t>(inside ? oh : 0) * p.out_stride[3] +
-             static_cast<int64_t>(inside ? ow : 0) * p.out_stride[4];
-    };
     bool first, second;
-    Input* at0 = place(m, first);
-    Input* at1 = place(m + 1, second);
+    Input* at0 = output_of<Input>(p, t, out + image, m, first);
+    Input* at1 = output_of<Input>(p, t, out + image, m + 1, second);
     // pair_stores: the two pixels are adjacent in one output row and the pair's address is aligned to it.
     const bool together = p.pair_stores && first && second;
 #pragma unroll
@@ -479,13 +483,8 @@ __device__ __forceinline__ void store_tile_direct(const Params& p, const Tile& t
   for (int mb = 0; mb < MB; ++mb) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int m = (wg * MB + mb) * 64 + 16 * warp + g + 8 * half;
-      int r;
-      const int c = p.brick_w_div.divmod(m, r);
-      const int oh = t.oh0 + r, ow = t.ow0 + c;
-      const bool inside = r < p.tile_h && c < p.tile_w && oh < p.out_size[1] && ow < p.out_size[2];
-      Input* dst = out + image + static_cast<int64_t>(inside ? oh : 0) * p.out_stride[3] +
-                   static_cast<int64_t>(inside ? ow : 0) * p.out_stride[4];
+      bool inside;
+      Input* dst = output_of<Input>(p, t, out + image, (wg * MB + mb) * 64 + 16 * warp + g + 8 * half, inside);
       // Predicated stores, no branches: see store_if.
 #pragma unroll
       for (int j = 0; j < N / 8; ++j) {
