@@ -511,7 +511,7 @@ __device__ __forceinline__ void store_tile_cout_rows(const Params& p, const Tile
   const Input* bias = static_cast<const Input*>(p.bias);
   Input* out = static_cast<Input*>(p.output);
   const int warp = thread / 32 % 4, lane = thread % 32, g = lane / 4, q = lane % 4;
-  const int64_t image = static_cast<int64_t>(t.n) * p.out_stride[0] + static_cast<int64_t>(t.od) * p.out_stride[2];
+  Input* const image = out + static_cast<int64_t>(t.n) * p.out_stride[0] + static_cast<int64_t>(t.od) * p.out_stride[2];
   int64_t channel_offset[2];
   bool channel[2];
   float bias_of[2];
@@ -519,26 +519,17 @@ __device__ __forceinline__ void store_tile_cout_rows(const Params& p, const Tile
   for (int half = 0; half < 2; ++half) {
     const int co = t.co_block * 64 + 16 * warp + g + 8 * half;
     channel[half] = co < p.cout;
-    channel_offset[half] = image + static_cast<int64_t>(channel[half] ? co : 0) * p.out_stride[1];
+    channel_offset[half] = static_cast<int64_t>(channel[half] ? co : 0) * p.out_stride[1];
     bias_of[half] = bias != nullptr && channel[half] ? Math::to_acc(bias[co]) : 0.f;
   }
 #pragma unroll
   for (int mb = 0; mb < MB; ++mb) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      // GEMM rows m and m + 1 -> (tile row, column); m is even, so with an even brick width both lie in one row.
       const int m = (wg * MB + mb) * 64 + 8 * j + 2 * q;
-      int r0;
-      const int c0 = p.brick_w_div.divmod(m, r0);
-      const bool wraps = c0 + 1 == p.brick_w;
-      const int r1 = wraps ? r0 + 1 : r0, c1 = wraps ? 0 : c0 + 1;
-      const int oh0 = t.oh0 + r0, ow0 = t.ow0 + c0, oh1 = t.oh0 + r1, ow1 = t.ow0 + c1;
-      const bool first = r0 < p.tile_h && c0 < p.tile_w && oh0 < p.out_size[1] && ow0 < p.out_size[2];
-      const bool second = r1 < p.tile_h && c1 < p.tile_w && oh1 < p.out_size[1] && ow1 < p.out_size[2];
-      const int64_t at0 = static_cast<int64_t>(first ? oh0 : 0) * p.out_stride[3] +
-                          static_cast<int64_t>(first ? ow0 : 0) * p.out_stride[4];
-      const int64_t at1 = static_cast<int64_t>(second ? oh1 : 0) * p.out_stride[3] +
-                          static_cast<int64_t>(second ? ow1 : 0) * p.out_stride[4];
+      bool first, second;
+      Input* const at0 = output_of<Input>(p, t, image, m, first);
+      Input* const at1 = output_of<Input>(p, t, image, m + 1, second);
       // pair_stores: the two pixels are adjacent in one output row and the pair's address is aligned to it.
       const bool together = p.pair_stores && first && second;
 #pragma unroll
@@ -548,10 +539,9 @@ __device__ __forceinline__ void store_tile_cout_rows(const Params& p, const Tile
                             Math::from_acc(acc[mb][4 * j + 2 * half + 1] + bias_of[half])};
         Pair both;
         memcpy(&both, v, sizeof(Pair));
-        Input* at = out + channel_offset[half];
-        store_if(channel[half] && together, reinterpret_cast<Pair*>(at + at0), both);
-        store_if(channel[half] && first && !together, at + at0, v[0]);
-        store_if(channel[half] && second && !together, at + at1, v[1]);
+        store_if(channel[half] && together, reinterpret_cast<Pair*>(at0 + channel_offset[half]), both);
+        store_if(channel[half] && first && !together, at0 + channel_offset[half], v[0]);
+        store_if(channel[half] && second && !together, at1 + channel_offset[half], v[1]);
       }
     }
   }
