@@ -334,7 +334,8 @@ __device__ __forceinline__ void multiply_step(const Params& p, const unsigned ch
 // GEMM rows. An m64n64 instruction reads (64 + 64) x 32 bytes of shared memory for 32 tensor-core cycles (TF32), 128
 // bytes a cycle; m64n192 reads (64 + 192) x 32 bytes for 96 cycles. Alone, in the shift kernel, it measured no faster
 // (H200, 2026-11-27 20:5x UTC: L1-65 TF32 1.555 against 1.547 ms, bf16 0.915 against 0.885); what it gives the
-// warp-specialized kernel is an epilogue without shared memory (store_tile_cout_rows), hence a third stage.
+// warp-specialized kernel is an epilogue whose shared memory is 8 couts x 64 rows a warp (store_tile_cout_rows,
+// 18 KB in TF32 against the other orientation's 40), hence a third stage.
 // acc[mb] holds the transpose of the other orientation's block: lane (g, q) of warp w has couts 16 w + g (+ 8) and
 // GEMM rows 64 mb + 8 j + 2 q (+ 1) of the warpgroup's.
 template <class Math, int MB>
@@ -400,6 +401,19 @@ __device__ __forceinline__ Input* output_of(const Params& p, const Tile& t, Inpu
          static_cast<int64_t>(inside ? ow : 0) * p.out_stride[4];
 }
 
+// Pixels m and m + 1 of one channel (`both`: their two elements, as one 8- or 4-byte word) at at0 and at1: one vector
+// store where `together` (pair_stores, both inside), else each pixel that is inside, alone. Predicated, no branches.
+template <class Input, class Pair>
+__device__ __forceinline__ void store_pixel_pair(bool channel, bool together, bool first, bool second, Input* at0,
+                                                 Input* at1, Pair both) {
+  static_assert(sizeof(Pair) == 2 * sizeof(Input), "a pair of elements");
+  Input v[2];
+  memcpy(v, &both, sizeof(Pair));
+  store_if(channel && together, reinterpret_cast<Pair*>(at0), both);
+  store_if(channel && first && !together, at0, v[0]);
+  store_if(channel && second && !together, at1, v[1]);
+}
+
 // The tile's outputs, through shared memory. Lane (g, q) of warp w holds GEMM rows 16 w + g (+ 8) of each block
 // and channels 8 j + 2 q (+ 1); each warp writes its 16 rows x N channels (bias added, converted) into its own
 // slice, [channel][16 pixels + pad], and stores them back as pairs of adjacent pixels: one store instruction writes
@@ -458,11 +472,9 @@ __device__ __forceinline__ void store_tile_staged(const Params& p, const Tile& t
       const int ch = lane / 8 + 4 * i, co = co0 + ch;
       const bool channel = co < p.cout;
       const int64_t offset = static_cast<int64_t>(channel ? co : 0) * p.out_stride[1];
-      const Input* src = slice + ch * kPitch + 2 * pair;
       using Pair = std::conditional_t<sizeof(Input) == 4, uint2, uint32_t>;
-      store_if(channel && together, reinterpret_cast<Pair*>(at0 + offset), *reinterpret_cast<const Pair*>(src));
-      store_if(channel && first && !together, at0 + offset, src[0]);
-      store_if(channel && second && !together, at1 + offset, src[1]);
+      store_pixel_pair(channel, together, first, second, at0 + offset, at1 + offset,
+                       *reinterpret_cast<const Pair*>(slice + ch * kPitch + 2 * pair));
     }
     __syncwarp();  // the slice is read before the next block overwrites it
   }
@@ -499,50 +511,68 @@ __device__ __forceinline__ void store_tile_direct(const Params& p, const Tile& t
   }
 }
 
-// The cout-rows orientation's outputs straight from the accumulators, bias added: lane (g, q) holds pixel pairs
-// (GEMM rows 8 j + 2 q, + 1) of two couts, so where pair_stores holds one 8-byte (TF32) or 4-byte (16-bit) store
-// writes both, and a warp's store instruction 8 consecutive pixels of 8 couts: whole 32-byte sectors in fp32, with
-// no shared-memory staging (which the other orientation needs for that).
+// The cout-rows orientation's outputs (the warp-specialized kernel's), through shared memory. Lane (g, q) of warp w
+// holds couts 16 w + g (+ 8) of GEMM rows 8 j + 2 q (+ 1) of each block; each warp writes a half's 8 couts x 64 rows
+// (bias added, converted) into its slice, [cout][64 rows + pad], and reads them back a cout at a time, so that a store
+// instruction writes 64 consecutive pixels of one cout as pixel pairs (256 bytes in TF32, 128 in 16-bit) where the
+// accumulators' own layout gives it 8 pixels of each of 8 couts (8 lines). The epilogue holds the tensor cores up
+// (L1-65, H200 2026-11-27 22:16 UTC, the kernel without its stores: TF32 1.08-1.14 ms against 1.31-1.37, bf16 0.60
+// against 0.80-0.82), and the global stores' L1 wavefronts compete with wgmma's shared-memory reads, so a warpgroup a
+// k-step behind the other, whose epilogues then overlap the other's MMAs, measured no faster. Through shared memory
+// (22:32 UTC, against the stores straight from the accumulators at 22:16): TF32 1.24-1.31 ms, bf16 0.74-0.76.
+constexpr int kCoutRowsPitch = 72;  // elements: the 8 rows start 32 (TF32) or 16 bytes (16-bit) apart mod 128 bytes
+__host__ __device__ constexpr int cout_rows_epilogue_bytes(int element_bytes) {  // past the warp-specialized stages
+  return (kThreads / 32) * 8 * kCoutRowsPitch * element_bytes;
+}
+
 template <class Math, int MB>
 __device__ __forceinline__ void store_tile_cout_rows(const Params& p, const Tile& t, int wg, const float (&acc)[MB][32],
-                                                     int thread) {
+                                                     int thread, unsigned char* scratch) {
   using Input = typename Math::Input;
   using Pair = std::conditional_t<sizeof(Input) == 4, uint2, uint32_t>;
   const Input* bias = static_cast<const Input*>(p.bias);
   Input* out = static_cast<Input*>(p.output);
   const int warp = thread / 32 % 4, lane = thread % 32, g = lane / 4, q = lane % 4;
+  Input* slice = reinterpret_cast<Input*>(scratch) + (thread / 32) * 8 * kCoutRowsPitch;
   Input* const image = out + static_cast<int64_t>(t.n) * p.out_stride[0] + static_cast<int64_t>(t.od) * p.out_stride[2];
-  int64_t channel_offset[2];
-  bool channel[2];
   float bias_of[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int co = t.co_block * 64 + 16 * warp + g + 8 * half;
-    channel[half] = co < p.cout;
-    channel_offset[half] = static_cast<int64_t>(channel[half] ? co : 0) * p.out_stride[1];
-    bias_of[half] = bias != nullptr && channel[half] ? Math::to_acc(bias[co]) : 0.f;
+    bias_of[half] = bias != nullptr && co < p.cout ? Math::to_acc(bias[co]) : 0.f;
   }
 #pragma unroll
   for (int mb = 0; mb < MB; ++mb) {
+    // The read-back's pixels, the same for each cout: GEMM rows m and m + 1 of the block.
+    const int m = (wg * MB + mb) * 64 + 2 * lane;
+    bool first, second;
+    Input* const at0 = output_of<Input>(p, t, image, m, first);
+    Input* const at1 = output_of<Input>(p, t, image, m + 1, second);
+    // pair_stores: the two pixels are adjacent in one output row and the pair's address is aligned to it.
+    const bool together = p.pair_stores && first && second;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int m = (wg * MB + mb) * 64 + 8 * j + 2 * q;
-      bool first, second;
-      Input* const at0 = output_of<Input>(p, t, image, m, first);
-      Input* const at1 = output_of<Input>(p, t, image, m + 1, second);
-      // pair_stores: the two pixels are adjacent in one output row and the pair's address is aligned to it.
-      const bool together = p.pair_stores && first && second;
+    for (int half = 0; half < 2; ++half) {
+      // Every accumulator goes to shared memory unconditionally (no divergent read of the wgmma registers: C7520),
+      // as whole pairs: a memcpy straight into the slice compiled to byte stores, and its 16-bit results were wrong
+      // (H200, 2026-11-27 22:27 UTC; TF32 right; cause not found).
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        // Predicated stores, no branches around the accumulators' reads (C7520): see store_if.
+      for (int j = 0; j < 8; ++j) {
         const Input v[2] = {Math::from_acc(acc[mb][4 * j + 2 * half] + bias_of[half]),
                             Math::from_acc(acc[mb][4 * j + 2 * half + 1] + bias_of[half])};
         Pair both;
         memcpy(&both, v, sizeof(Pair));
-        store_if(channel[half] && together, reinterpret_cast<Pair*>(at0 + channel_offset[half]), both);
-        store_if(channel[half] && first && !together, at0 + channel_offset[half], v[0]);
-        store_if(channel[half] && second && !together, at1 + channel_offset[half], v[1]);
+        *reinterpret_cast<Pair*>(slice + g * kCoutRowsPitch + 8 * j + 2 * q) = both;
       }
+      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int co = t.co_block * 64 + 16 * warp + 8 * half + i;
+        const bool channel = co < p.cout;
+        const int64_t offset = static_cast<int64_t>(channel ? co : 0) * p.out_stride[1];
+        store_pixel_pair(channel, together, first, second, at0 + offset, at1 + offset,
+                         *reinterpret_cast<const Pair*>(slice + i * kCoutRowsPitch + 2 * lane));
+      }
+      __syncwarp();  // the slice is read before the next half overwrites it
     }
   }
 }

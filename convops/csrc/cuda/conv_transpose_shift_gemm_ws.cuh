@@ -11,9 +11,10 @@
 // Stages: with two, both sides waited on each other (SASS stall sampling, H200 2026-11-27 21:06 UTC, L1-65 bf16: the
 // MMA warps 13% of their samples on the full barrier, the producer 14% on the empty one), since the producer may
 // refill a stage only once the MMAs of two steps back are done, and was no faster than the shift kernel (L1-65 TF32
-// 1.60 / 1.59 ms, bf16 0.926 / 0.885, 21:28 UTC). Couts as M store the accumulators straight from registers
-// (store_tile_cout_rows), so the epilogue's shared memory goes to a third stage: TF32 1.37-1.44 ms, bf16
-// 0.847-0.862 (same call, op alone, do_bench medians).
+// 1.60 / 1.59 ms, bf16 0.926 / 0.885, 21:28 UTC). Couts as M need less of the epilogue's shared memory
+// (store_tile_cout_rows), so a third stage fits: TF32 1.37-1.44 ms, bf16 0.847-0.862 (same call, op alone, do_bench
+// medians; L1-65's stage is 67 KB), and with the epilogue's stores a cout row at a time 1.24-1.31 / 0.74-0.76 against
+// the shift kernel's 1.55-1.57 / 0.88-0.90 (22:32 UTC).
 //
 // Barriers: full[i] completes when the producer's 128 threads have stored stage i's brick (and fenced it for the async
 // proxy) and the weights' bytes have landed; empty[i] when the 256 MMA threads have seen their MMAs on stage i
@@ -51,9 +52,10 @@ inline bool ws_enabled() {
 
 // The stages the warp-specialized kernel gets for a plan: as many as fit (at most 4), or 0 where it does not apply
 // (channel tiles of 24, or fewer than kWsMinStages stages).
-inline int ws_stages(const Plan& plan, int n_tile, int shared_limit) {
+inline int ws_stages(const Plan& plan, int n_tile, int element_bytes, int shared_limit) {
   if (n_tile != 64 || !ws_enabled()) return 0;
-  const int stages = std::min(kWsMaxStages, (shared_limit - kWsBarrierBytes) / plan.stage_bytes);
+  const int fixed = kWsBarrierBytes + cout_rows_epilogue_bytes(element_bytes);
+  const int stages = std::min(kWsMaxStages, (shared_limit - fixed) / plan.stage_bytes);
   return stages >= kWsMinStages ? stages : 0;
 }
 
@@ -116,7 +118,7 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, ui
 #pragma unroll
       for (int mb = 0; mb < MB; ++mb) wgmma::pin(acc[mb]);
       release_previous();
-      store_tile_cout_rows<Math, MB>(p, multiplied, wg, acc, thread);
+      store_tile_cout_rows<Math, MB>(p, multiplied, wg, acc, thread, smem + p.stages * p.stage_bytes);
     }
     bulk::wait(&full[i], fill & 1);  // after the epilogue, which does not read the stage
     wgmma::fence();
@@ -132,7 +134,7 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, ui
   wgmma::wait<0>();
 #pragma unroll
   for (int mb = 0; mb < MB; ++mb) wgmma::pin(acc[mb]);
-  if (pending) store_tile_cout_rows<Math, MB>(p, multiplied, wg, acc, thread);
+  if (pending) store_tile_cout_rows<Math, MB>(p, multiplied, wg, acc, thread, smem + p.stages * p.stage_bytes);
 }
 
 template <class Math, int MB, bool kQuartets>
