@@ -123,61 +123,42 @@ __device__ __forceinline__ void pin(float (&acc)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(acc[i])::"memory");
 }
 
-// The 96 accumulator operands of an m64n192 instruction, for the asm statements below.
-#define CONVOPS_WGMMA_ACC96(a)                                                                                       \
-  "+f"(a[0]), "+f"(a[1]), "+f"(a[2]), "+f"(a[3]), "+f"(a[4]), "+f"(a[5]), "+f"(a[6]), "+f"(a[7]), "+f"(a[8]),        \
-      "+f"(a[9]), "+f"(a[10]), "+f"(a[11]), "+f"(a[12]), "+f"(a[13]), "+f"(a[14]), "+f"(a[15]), "+f"(a[16]),         \
-      "+f"(a[17]), "+f"(a[18]), "+f"(a[19]), "+f"(a[20]), "+f"(a[21]), "+f"(a[22]), "+f"(a[23]), "+f"(a[24]),        \
-      "+f"(a[25]), "+f"(a[26]), "+f"(a[27]), "+f"(a[28]), "+f"(a[29]), "+f"(a[30]), "+f"(a[31]), "+f"(a[32]),        \
-      "+f"(a[33]), "+f"(a[34]), "+f"(a[35]), "+f"(a[36]), "+f"(a[37]), "+f"(a[38]), "+f"(a[39]), "+f"(a[40]),        \
-      "+f"(a[41]), "+f"(a[42]), "+f"(a[43]), "+f"(a[44]), "+f"(a[45]), "+f"(a[46]), "+f"(a[47]), "+f"(a[48]),        \
-      "+f"(a[49]), "+f"(a[50]), "+f"(a[51]), "+f"(a[52]), "+f"(a[53]), "+f"(a[54]), "+f"(a[55]), "+f"(a[56]),        \
-      "+f"(a[57]), "+f"(a[58]), "+f"(a[59]), "+f"(a[60]), "+f"(a[61]), "+f"(a[62]), "+f"(a[63]), "+f"(a[64]),        \
-      "+f"(a[65]), "+f"(a[66]), "+f"(a[67]), "+f"(a[68]), "+f"(a[69]), "+f"(a[70]), "+f"(a[71]), "+f"(a[72]),        \
-      "+f"(a[73]), "+f"(a[74]), "+f"(a[75]), "+f"(a[76]), "+f"(a[77]), "+f"(a[78]), "+f"(a[79]), "+f"(a[80]),        \
-      "+f"(a[81]), "+f"(a[82]), "+f"(a[83]), "+f"(a[84]), "+f"(a[85]), "+f"(a[86]), "+f"(a[87]), "+f"(a[88]),        \
-      "+f"(a[89]), "+f"(a[90]), "+f"(a[91]), "+f"(a[92]), "+f"(a[93]), "+f"(a[94]), "+f"(a[95])
-
-#define CONVOPS_WGMMA_D96                                                                                            \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "       \
-  "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "        \
-  "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, "        \
-  "%65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, "        \
-  "%86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
-
-// The 64 accumulator operands of an m64n128 instruction.
-#define CONVOPS_WGMMA_ACC64(a)                                                                                      \
-  "+f"(a[0]), "+f"(a[1]), "+f"(a[2]), "+f"(a[3]), "+f"(a[4]), "+f"(a[5]), "+f"(a[6]), "+f"(a[7]), "+f"(a[8]),      \
-      "+f"(a[9]), "+f"(a[10]), "+f"(a[11]), "+f"(a[12]), "+f"(a[13]), "+f"(a[14]), "+f"(a[15]), "+f"(a[16]),        \
-      "+f"(a[17]), "+f"(a[18]), "+f"(a[19]), "+f"(a[20]), "+f"(a[21]), "+f"(a[22]), "+f"(a[23]), "+f"(a[24]),       \
-      "+f"(a[25]), "+f"(a[26]), "+f"(a[27]), "+f"(a[28]), "+f"(a[29]), "+f"(a[30]), "+f"(a[31]), "+f"(a[32]),       \
-      "+f"(a[33]), "+f"(a[34]), "+f"(a[35]), "+f"(a[36]), "+f"(a[37]), "+f"(a[38]), "+f"(a[39]), "+f"(a[40]),       \
-      "+f"(a[41]), "+f"(a[42]), "+f"(a[43]), "+f"(a[44]), "+f"(a[45]), "+f"(a[46]), "+f"(a[47]), "+f"(a[48]),       \
-      "+f"(a[49]), "+f"(a[50]), "+f"(a[51]), "+f"(a[52]), "+f"(a[53]), "+f"(a[54]), "+f"(a[55]), "+f"(a[56]),       \
-      "+f"(a[57]), "+f"(a[58]), "+f"(a[59]), "+f"(a[60]), "+f"(a[61]), "+f"(a[62]), "+f"(a[63])
-
-#define CONVOPS_WGMMA_D64                                                                                          \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
-  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "  \
-  "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-
-// The 32 accumulator operands of an m64n64 instruction.
-#define CONVOPS_WGMMA_ACC32(a)                                                                                      \
-  "+f"(a[0]), "+f"(a[1]), "+f"(a[2]), "+f"(a[3]), "+f"(a[4]), "+f"(a[5]), "+f"(a[6]), "+f"(a[7]), "+f"(a[8]),      \
-      "+f"(a[9]), "+f"(a[10]), "+f"(a[11]), "+f"(a[12]), "+f"(a[13]), "+f"(a[14]), "+f"(a[15]), "+f"(a[16]),        \
-      "+f"(a[17]), "+f"(a[18]), "+f"(a[19]), "+f"(a[20]), "+f"(a[21]), "+f"(a[22]), "+f"(a[23]), "+f"(a[24]),       \
-      "+f"(a[25]), "+f"(a[26]), "+f"(a[27]), "+f"(a[28]), "+f"(a[29]), "+f"(a[30]), "+f"(a[31])
-
-#define CONVOPS_WGMMA_D32                                                                                          \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
-  "%24, %25, %26, %27, %28, %29, %30, %31}"
-
-// The 12 accumulator operands of an m64n24 instruction.
-#define CONVOPS_WGMMA_ACC12(a)                                                                                     \
-  "+f"(a[0]), "+f"(a[1]), "+f"(a[2]), "+f"(a[3]), "+f"(a[4]), "+f"(a[5]), "+f"(a[6]), "+f"(a[7]), "+f"(a[8]),      \
-      "+f"(a[9]), "+f"(a[10]), "+f"(a[11])
-
-#define CONVOPS_WGMMA_D12 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}"
+// The accumulator operands of the instructions below and their registers, written once in pieces (a[0..11],
+// a[12..31], a[32..63], a[64..95]) that the lists of 12, 32, 64 and 96 (m64n24 to m64n192) are made of.
+#define CONVOPS_WGMMA_ACC_0_11(a) "+f"(a[0]), "+f"(a[1]), "+f"(a[2]), "+f"(a[3]), "+f"(a[4]), "+f"(a[5]), "+f"(a[6]), \
+    "+f"(a[7]), "+f"(a[8]), "+f"(a[9]), "+f"(a[10]), "+f"(a[11])
+#define CONVOPS_WGMMA_REGS_0_11 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11"
+#define CONVOPS_WGMMA_ACC_12_31(a) "+f"(a[12]), "+f"(a[13]), "+f"(a[14]), "+f"(a[15]), "+f"(a[16]), "+f"(a[17]), \
+    "+f"(a[18]), "+f"(a[19]), "+f"(a[20]), "+f"(a[21]), "+f"(a[22]), "+f"(a[23]), "+f"(a[24]), "+f"(a[25]),      \
+    "+f"(a[26]), "+f"(a[27]), "+f"(a[28]), "+f"(a[29]), "+f"(a[30]), "+f"(a[31])
+#define CONVOPS_WGMMA_REGS_12_31 \
+  "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define CONVOPS_WGMMA_ACC_32_63(a) "+f"(a[32]), "+f"(a[33]), "+f"(a[34]), "+f"(a[35]), "+f"(a[36]), "+f"(a[37]), \
+    "+f"(a[38]), "+f"(a[39]), "+f"(a[40]), "+f"(a[41]), "+f"(a[42]), "+f"(a[43]), "+f"(a[44]), "+f"(a[45]),      \
+    "+f"(a[46]), "+f"(a[47]), "+f"(a[48]), "+f"(a[49]), "+f"(a[50]), "+f"(a[51]), "+f"(a[52]), "+f"(a[53]),      \
+    "+f"(a[54]), "+f"(a[55]), "+f"(a[56]), "+f"(a[57]), "+f"(a[58]), "+f"(a[59]), "+f"(a[60]), "+f"(a[61]),      \
+    "+f"(a[62]), "+f"(a[63])
+#define CONVOPS_WGMMA_REGS_32_63 \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, " \
+  "%54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define CONVOPS_WGMMA_ACC_64_95(a) "+f"(a[64]), "+f"(a[65]), "+f"(a[66]), "+f"(a[67]), "+f"(a[68]), "+f"(a[69]), \
+    "+f"(a[70]), "+f"(a[71]), "+f"(a[72]), "+f"(a[73]), "+f"(a[74]), "+f"(a[75]), "+f"(a[76]), "+f"(a[77]),      \
+    "+f"(a[78]), "+f"(a[79]), "+f"(a[80]), "+f"(a[81]), "+f"(a[82]), "+f"(a[83]), "+f"(a[84]), "+f"(a[85]),      \
+    "+f"(a[86]), "+f"(a[87]), "+f"(a[88]), "+f"(a[89]), "+f"(a[90]), "+f"(a[91]), "+f"(a[92]), "+f"(a[93]),      \
+    "+f"(a[94]), "+f"(a[95])
+#define CONVOPS_WGMMA_REGS_64_95 \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, " \
+  "%86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define CONVOPS_WGMMA_ACC12(a) CONVOPS_WGMMA_ACC_0_11(a)
+#define CONVOPS_WGMMA_ACC32(a) CONVOPS_WGMMA_ACC12(a), CONVOPS_WGMMA_ACC_12_31(a)
+#define CONVOPS_WGMMA_ACC64(a) CONVOPS_WGMMA_ACC32(a), CONVOPS_WGMMA_ACC_32_63(a)
+#define CONVOPS_WGMMA_ACC96(a) CONVOPS_WGMMA_ACC64(a), CONVOPS_WGMMA_ACC_64_95(a)
+#define CONVOPS_WGMMA_D12 "{" CONVOPS_WGMMA_REGS_0_11 "}"
+#define CONVOPS_WGMMA_D32 "{" CONVOPS_WGMMA_REGS_0_11 ", " CONVOPS_WGMMA_REGS_12_31 "}"
+#define CONVOPS_WGMMA_D64 "{" CONVOPS_WGMMA_REGS_0_11 ", " CONVOPS_WGMMA_REGS_12_31 ", " CONVOPS_WGMMA_REGS_32_63 "}"
+#define CONVOPS_WGMMA_D96                                                                                \
+  "{" CONVOPS_WGMMA_REGS_0_11 ", " CONVOPS_WGMMA_REGS_12_31 ", " CONVOPS_WGMMA_REGS_32_63 ", " \
+      CONVOPS_WGMMA_REGS_64_95 "}"
 
 // One wgmma instruction, SHAPE_TYPES ("m64n64k8.f32.tf32.tf32", ...) with accumulators ACC(acc) listed as D, the
 // operand numbers of the descriptors a and b and of the accumulate flag (A, B, P) and the instruction's immediates
@@ -228,6 +209,14 @@ CONVOPS_WGMMA_SHAPE(24, 12, CONVOPS_WGMMA_ACC12, CONVOPS_WGMMA_D12, "12", "13", 
 #undef CONVOPS_WGMMA_ACC64
 #undef CONVOPS_WGMMA_D96
 #undef CONVOPS_WGMMA_ACC96
+#undef CONVOPS_WGMMA_ACC_0_11
+#undef CONVOPS_WGMMA_REGS_0_11
+#undef CONVOPS_WGMMA_ACC_12_31
+#undef CONVOPS_WGMMA_REGS_12_31
+#undef CONVOPS_WGMMA_ACC_32_63
+#undef CONVOPS_WGMMA_REGS_32_63
+#undef CONVOPS_WGMMA_ACC_64_95
+#undef CONVOPS_WGMMA_REGS_64_95
 
 }  // namespace wgmma
 }  // namespace cuda
