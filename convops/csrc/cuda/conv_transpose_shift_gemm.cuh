@@ -401,8 +401,12 @@ __device__ __forceinline__ Input* output_of(const Params& p, const Tile& t, Inpu
          static_cast<int64_t>(inside ? ow : 0) * p.out_stride[4];
 }
 
-// Pixels m and m + 1 of one channel (`both`: their two elements, as one 8- or 4-byte word) at at0 and at1: one vector
-// store where `together` (pair_stores, both inside), else each pixel that is inside, alone. Predicated, no branches.
+// Two elements of adjacent pixels as one word (8 bytes in fp32, 4 in 16-bit).
+template <class Input>
+using PixelPair = std::conditional_t<sizeof(Input) == 4, uint2, uint32_t>;
+
+// Pixels m and m + 1 of one channel (`both`: their two elements) at at0 and at1: one vector store where `together`
+// (pair_stores, both inside), else each pixel that is inside, alone. Predicated, no branches.
 template <class Input, class Pair>
 __device__ __forceinline__ void store_pixel_pair(bool channel, bool together, bool first, bool second, Input* at0,
                                                  Input* at1, Pair both) {
@@ -472,9 +476,8 @@ __device__ __forceinline__ void store_tile_staged(const Params& p, const Tile& t
       const int ch = lane / 8 + 4 * i, co = co0 + ch;
       const bool channel = co < p.cout;
       const int64_t offset = static_cast<int64_t>(channel ? co : 0) * p.out_stride[1];
-      using Pair = std::conditional_t<sizeof(Input) == 4, uint2, uint32_t>;
       store_pixel_pair(channel, together, first, second, at0 + offset, at1 + offset,
-                       *reinterpret_cast<const Pair*>(slice + ch * kPitch + 2 * pair));
+                       *reinterpret_cast<const PixelPair<Input>*>(slice + ch * kPitch + 2 * pair));
     }
     __syncwarp();  // the slice is read before the next block overwrites it
   }
@@ -529,7 +532,7 @@ template <class Math, int MB>
 __device__ __forceinline__ void store_tile_cout_rows(const Params& p, const Tile& t, int wg, const float (&acc)[MB][32],
                                                      int thread, unsigned char* scratch) {
   using Input = typename Math::Input;
-  using Pair = std::conditional_t<sizeof(Input) == 4, uint2, uint32_t>;
+  using Pair = PixelPair<Input>;
   const Input* bias = static_cast<const Input*>(p.bias);
   Input* out = static_cast<Input*>(p.output);
   const int warp = thread / 32 % 4, lane = thread % 32, g = lane / 4, q = lane % 4;
