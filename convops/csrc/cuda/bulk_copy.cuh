@@ -63,6 +63,15 @@ __device__ __forceinline__ void arrive_expect_bytes(uint64_t* barrier, uint32_t 
 #endif
 }
 
+// Announces `bytes` still to come from copies completing on this barrier, without arriving: a producer starts its
+// copy early and arrives with its other threads once their stores are done.
+__device__ __forceinline__ void expect_bytes(uint64_t* barrier, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(shared_address(barrier)), "r"(bytes)
+               : "memory");
+#endif
+}
+
 // Blocks until the barrier's phase of the given parity has completed (acquire: the stage's data is then visible).
 __device__ __forceinline__ void wait(uint64_t* barrier, uint32_t parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -331,8 +331,8 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   // Channel tiles of 64 take the warp-specialized kernel where three stages fit (conv_transpose_shift_gemm_ws.cuh).
   p.stages = sg::ws_stages(plan, n_tile, kElementBytes, cuda::max_shared_memory_per_block());
   const bool ws = p.stages > 0;
-  p.producer_halves = plan.unit_indices > sg::max_units(n_tile) * 128 ? 2 : 1;
-  const int shared = ws ? p.stages * p.stage_bytes + sg::cout_rows_epilogue_bytes(kElementBytes)
+  p.producer_halves = sg::ws_producer_halves(plan);
+  const int shared = ws ? sg::ws_epilogue_offset(p) + sg::cout_rows_epilogue_bytes(kElementBytes)
                         : 2 * p.stage_bytes + sg::epilogue_bytes(n_tile, kElementBytes);
   const auto run = [&](auto kernel, int threads) {
     cuda::allow_dynamic_shared_memory(kernel, shared);

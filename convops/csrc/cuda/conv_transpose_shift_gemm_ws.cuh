@@ -32,12 +32,13 @@ namespace convops {
 namespace cuda {
 namespace shift_gemm {
 
-constexpr int kWsThreads = kThreads + 128;
+constexpr int kProducerThreads = 128;  // one warpgroup: the producer (warpgroups 1 and 2 multiply)
+constexpr int kWsThreads = kProducerThreads + kThreads;
 constexpr int kWsMinStages = 3, kWsMaxStages = 4;
 constexpr int kWsBarrierBytes = 128;  // the barriers' static shared memory (ptxas -v: 128 bytes)
 constexpr int kLaunchRegisters = 65536 / kWsThreads / 8 * 8;  // 168
 constexpr int kProducerRegisters = 136, kMmaRegisters = 184;
-static_assert(128 * kProducerRegisters + kThreads * kMmaRegisters <= kWsThreads * kLaunchRegisters &&
+static_assert(kProducerThreads * kProducerRegisters + kThreads * kMmaRegisters <= kWsThreads * kLaunchRegisters &&
                   kProducerRegisters % 8 == 0 && kMmaRegisters % 8 == 0,
               "setmaxnreg must share the block's launch registers");
 
@@ -59,36 +60,37 @@ inline int ws_stages(const Plan& plan, int n_tile, int element_bytes, int shared
   return stages >= kWsMinStages ? stages : 0;
 }
 
-// Announces `bytes` to come on `barrier` without arriving: the producer's thread 0 starts the weights' copy early and
-// arrives with the others once its stores are fenced.
-__device__ __forceinline__ void expect_bytes(uint64_t* barrier, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(shared_address(barrier)), "r"(bytes)
-               : "memory");
-#endif
+// The passes the producer makes over a k-step's unit indices: its threads hold max_units(64) units each, so one pass
+// where that covers them (L1-65's 368 indices), else two (the shift kernel's 256 threads cover at most twice as many).
+inline int ws_producer_halves(const Plan& plan) {
+  return plan.unit_indices > max_units(64) * kProducerThreads ? 2 : 1;
 }
+
+// The warp-specialized kernel's dynamic shared memory: its stages, then the epilogue's slices (store_tile_cout_rows).
+__host__ __device__ inline int ws_epilogue_offset(const Params& p) { return p.stages * p.stage_bytes; }
 
 template <class Math, bool kQuartets>
 __device__ __forceinline__ void produce(const Params& p, unsigned char* smem, uint64_t* full, uint64_t* empty) {
   constexpr int kUnits = max_units(64);
-  const int thread = threadIdx.x;  // 0-127
+  const int thread = threadIdx.x;  // the producer warpgroup's
   Units<kUnits> units;
   int i = 0, fill = 0;  // this step fills stage i for the fill-th time
   for (Cursor at = first_step(p); at.tile_index < p.total_tiles; at = next_step(p, at)) {
     unsigned char* stage = smem + i * p.stage_bytes;
-    load_units<Math, kQuartets>(p, at.tile, at.k, units, thread, 128);  // before the wait: registers only
+    load_units<Math, kQuartets>(p, at.tile, at.k, units, thread, kProducerThreads);  // before the wait: registers only
     if (fill > 0) bulk::wait(&empty[i], (fill - 1) & 1);
     if (thread == 0) {
-      expect_bytes(&full[i], static_cast<uint32_t>(p.weight_step_bytes));
+      bulk::expect_bytes(&full[i], static_cast<uint32_t>(p.weight_step_bytes));
       bulk::copy_to_shared(stage + 2 * p.brick_pixels * kGroupBytes, weights_of(p, at.tile, at.k),
                            static_cast<uint32_t>(p.weight_step_bytes), &full[i]);
     }
     // The shift kernel's 256 threads' units, in two halves where a k-step has more than the first holds (a branch
     // the grid takes alike: L1-65's 368 units fit in one).
-    store_units<Math, kQuartets>(p, units, stage, thread, 128);
+    store_units<Math, kQuartets>(p, units, stage, thread, kProducerThreads);
     if (p.producer_halves == 2) {
-      load_units<Math, kQuartets>(p, at.tile, at.k, units, thread + kUnits * 128, 128);
-      store_units<Math, kQuartets>(p, units, stage, thread + kUnits * 128, 128);
+      const int second = thread + kUnits * kProducerThreads;
+      load_units<Math, kQuartets>(p, at.tile, at.k, units, second, kProducerThreads);
+      store_units<Math, kQuartets>(p, units, stage, second, kProducerThreads);
     }
     wgmma::publish_stores();  // the brick's stores, for wgmma's proxy
     bulk::arrive(&full[i]);
@@ -98,7 +100,7 @@ __device__ __forceinline__ void produce(const Params& p, unsigned char* smem, ui
 
 template <class Math, int MB>
 __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, uint64_t* full, uint64_t* empty, int wg) {
-  const int thread = threadIdx.x - 128;  // 0-255
+  const int thread = threadIdx.x - kProducerThreads;  // 0-255
   float acc[MB][32];
   Tile multiplied{};
   bool pending = false;
@@ -118,7 +120,7 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, ui
 #pragma unroll
       for (int mb = 0; mb < MB; ++mb) wgmma::pin(acc[mb]);
       release_previous();
-      store_tile_cout_rows<Math, MB>(p, multiplied, wg, acc, thread, smem + p.stages * p.stage_bytes);
+      store_tile_cout_rows<Math, MB>(p, multiplied, wg, acc, thread, smem + ws_epilogue_offset(p));
     }
     bulk::wait(&full[i], fill & 1);  // after the epilogue, which does not read the stage
     wgmma::fence();
@@ -134,7 +136,7 @@ __device__ __forceinline__ void consume(const Params& p, unsigned char* smem, ui
   wgmma::wait<0>();
 #pragma unroll
   for (int mb = 0; mb < MB; ++mb) wgmma::pin(acc[mb]);
-  if (pending) store_tile_cout_rows<Math, MB>(p, multiplied, wg, acc, thread, smem + p.stages * p.stage_bytes);
+  if (pending) store_tile_cout_rows<Math, MB>(p, multiplied, wg, acc, thread, smem + ws_epilogue_offset(p));
 }
 
 template <class Math, int MB, bool kQuartets>
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) conv_transpose_shift_gemm_ws_ke
   const int role = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   if (threadIdx.x == 0) {
     for (int i = 0; i < p.stages; ++i) {
-      bulk::barrier_init(&full[i], 128);
+      bulk::barrier_init(&full[i], kProducerThreads);
       bulk::barrier_init(&empty[i], kThreads);
     }
     bulk::fence_for_async_proxy();
