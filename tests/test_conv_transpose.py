@@ -382,6 +382,19 @@ def takes_quartets(name: str, dtype: torch.dtype) -> bool:
             and os.environ.get("CONVOPS_SHIFT_QUARTETS") != "0")
 
 
+# The SHIFT_TILINGS cases with channel tiles of 64, and whether their stage (brick and weights of a k-step) fits three
+# times, so that the warp-specialized kernel takes them (shift_gemm::ws_stages): n64_mb3_two_blocks' 94 KB stage
+# fits twice (the shift kernel runs), the others 3 or 4 times (pairs_across_rows_n64's rows, 13 elements apart, do
+# not load as vectors: no shift kernel at all). The cases not listed have channel tiles of 24, which it never takes.
+WARP_SPECIALIZED = {"quartets_n64": True, "pairs_across_rows_n64": True, "n64_mb3_two_blocks": False,
+                    "ws_odd_brick": True, "quartets_ws_mb3": True, "quartets_ws_mb2": True, "ws_two_halves": True}
+
+
+def takes_warp_specialized(name: str, case: Case, x: torch.Tensor, tf32: bool) -> bool:
+    return (WARP_SPECIALIZED.get(name, False) and takes_shift_kernel(case, x, tf32)
+            and os.environ.get("CONVOPS_SHIFT_WS") != "0")
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("name", sorted(SHIFT_TILINGS))
 @pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, False), (torch.float16, False)],
@@ -393,29 +406,7 @@ def test_cuda_shift_kernel_tilings_match_aten(name, dtype, tf32):
         ran = cuda_kernels_run(lambda: OPS[case.dims][0](x, w, b, **case.params()))
     assert ran_shift_kernel(ran) == takes_shift_kernel(case, x, tf32), ran
     assert ran_quartets(ran) == takes_quartets(name, dtype), ran
-    check_against_aten(case, dtype, "cuda", "contiguous", tf32)
-
-
-# The SHIFT_TILINGS cases with channel tiles of 64, and whether their stage (brick and weights of a k-step) fits three
-# times, so that the warp-specialized kernel takes them (shift_gemm::ws_stages): n64_mb3_two_blocks' 94 KB stage
-# fits twice (the shift kernel runs), the others 3 or 4 times (pairs_across_rows_n64's rows, 13 elements apart, do
-# not load as vectors: no shift kernel at all).
-WARP_SPECIALIZED = {"quartets_n64": True, "pairs_across_rows_n64": True, "n64_mb3_two_blocks": False,
-                    "ws_odd_brick": True, "quartets_ws_mb3": True, "quartets_ws_mb2": True, "ws_two_halves": True}
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("name", sorted(WARP_SPECIALIZED))
-@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, False), (torch.float16, False)],
-                         ids=["tf32", "bf16", "fp16"])
-def test_cuda_warp_specialized_shift_kernel_where_three_stages_fit(name, dtype, tf32):
-    case = SHIFT_TILINGS[name]
-    x, w, b = case.tensors(dtype, "cuda")
-    with allow_tf32(tf32):
-        ran = cuda_kernels_run(lambda: OPS[case.dims][0](x, w, b, **case.params()))
-    expected = (WARP_SPECIALIZED[name] and takes_shift_kernel(case, x, tf32)
-                and os.environ.get("CONVOPS_SHIFT_WS") != "0")
-    assert ran_warp_specialized(ran) == expected, ran
+    assert ran_warp_specialized(ran) == takes_warp_specialized(name, case, x, tf32), ran
     check_against_aten(case, dtype, "cuda", "contiguous", tf32)
 
 
