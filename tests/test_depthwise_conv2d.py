@@ -206,6 +206,49 @@ def test_cuda_plane_block_kernel_short_and_long_runs(monkeypatch, case, dtype):
     assert torch.equal(outs[0][0], outs[1][0])
 
 
+# Small-problem kernel problems: (batch, C_in, multiplier, H, W, kernel, stride, padding, dilation). The filters and
+# strides it takes, odd and non-square planes, multipliers, no padding, padding past half the filter (whole windows
+# outside) and a batch of three; then what the dispatch leaves to the register-blocked kernel (stride 1, outputs 28
+# or more wide) and what it declines (7x7, a dilation).
+SMALL_CASES = [
+    (1, 6, 1, 14, 14, 3, 1, 1, 1), (1, 4, 2, 7, 7, 5, 1, 2, 1), (2, 5, 1, 29, 31, 3, 2, 1, 1),
+    (1, 3, 1, 56, 56, 5, 2, 2, 1), (1, 3, 3, 9, 13, 5, 1, 3, 1), (1, 2, 1, 10, 12, 3, 1, 0, 1),
+    (1, 2, 1, 8, 8, 5, 1, 4, 1), (3, 2, 1, 11, 7, 3, 2, 1, 1), (1, 2, 1, 30, 30, 3, 1, 1, 1),
+    (1, 3, 1, 14, 14, 7, 1, 3, 1), (1, 4, 1, 12, 12, 3, 1, 2, 2),
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", SMALL_CASES, ids=lambda c: "n{}c{}m{}_{}x{}_k{}s{}p{}d{}".format(*c))
+def test_cuda_small_problem_kernel(monkeypatch, case, dtype):
+    """The small-problem kernel forced, then the default dispatch: against float64, every output written, the
+    kernel ran exactly where it takes the problem (forced) and where it pays (default: all these problems are under
+    the small-problem size), and in fp32 bitwise equal to the plane-block kernel (both add the taps in ATen's
+    (ky, kx) order)."""
+    n, c, m, h, w, k, stride, pad, dil = case
+    out_w = (w + 2 * pad - dil * (k - 1) - 1) // stride + 1
+    x = make_tensor((n, c, h, w), dtype, "cuda")
+    weight = make_tensor((c * m, 1, k, k), dtype, "cuda")
+    bias = make_tensor((c * m,), dtype, "cuda") if (h + k) % 2 else None
+    args = (x, weight, bias, [stride] * 2, [pad] * 2, [dil] * 2)
+    takes = dil == 1 and k in (3, 5)
+    pays = takes and not (stride == 1 and out_w >= 28)
+    for kernel, runs in (("small", takes), (None, pays)):
+        if kernel is None:
+            monkeypatch.delenv("CONVOPS_DEPTHWISE_KERNEL")
+        else:
+            monkeypatch.setenv("CONVOPS_DEPTHWISE_KERNEL", kernel)
+        poison_allocator("cuda", output_nbytes(x, weight, *args[3:]))
+        out = convops.depthwise_conv2d(*args)
+        assert_close(out, reference(torch_depthwise, *args))
+        ran = cuda_kernels_run(lambda: convops.depthwise_conv2d(*args))
+        assert any("depthwise_small_kernel" in name for name in ran) == runs, (kernel, ran)
+    if dtype == torch.float32:
+        monkeypatch.setenv("CONVOPS_DEPTHWISE_KERNEL", "planes")
+        assert torch.equal(out, convops.depthwise_conv2d(*args))
+
+
 @pytest.mark.cuda
 def test_cuda_huge_dilation_uses_fallback():
     """An input rectangle too large for shared memory takes the direct kernel."""

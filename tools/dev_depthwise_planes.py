@@ -5,8 +5,8 @@ depthwise_conv2d_blocked.cuh) against the other NCHW kernels, run on the GPU mac
     python tools/dev_depthwise_planes.py bench     # the bench sweep's depthwise layers + seed: each kernel vs eager
     python tools/dev_depthwise_planes.py sanitize  # small cases of every instantiation, for compute-sanitizer
 
-CONVOPS_DEPTHWISE_KERNEL=rows|blocked|planes|tiled restricts the dispatch (a kernel that does not take a problem falls
-through to the general ones), so every kernel can be timed on every shape from one build.
+CONVOPS_DEPTHWISE_KERNEL=small|rows|blocked|planes|tiled restricts the dispatch (a kernel that does not take a problem
+falls through to the general ones), so every kernel can be timed on every shape from one build.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from bench.cases import CONVNEXT_T, EFFICIENTNET_B0, MOBILENET_V2  # noqa: E402
 from bench.timing import bench_ms, rotating, rotation_count  # noqa: E402
 
 convops.set_path_policy("convops")
-KERNELS = ("any", "rows", "blocked", "planes", "tiled")
+KERNELS = ("any", "small", "rows", "blocked", "planes", "tiled")
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 

@@ -108,8 +108,15 @@ def cases():
             for k, s_, m in [(3, 1, 1), (3, 2, 2), (5, 1, 1)]:
                 w = rand(6 * m, 1, k, k, dtype=dtype)
                 yield (f"depthwise planes k{k} s{s_} m{m} {tag}",
-                       lambda: torch.ops.convops.depthwise_conv2d(xp, w, None, s_, k // 2, 1),
+                       lambda: with_depthwise_kernel("planes", torch.ops.convops.depthwise_conv2d, xp, w, None, s_,
+                                                     k // 2, 1),
                        lambda: F.conv2d(xp, w, None, s_, k // 2, 1, groups=6), tol[dtype])
+                # The small-problem kernel on the same planes, and with a padding past half the filter.
+                for p_ in (k // 2, k):
+                    yield (f"depthwise small k{k} s{s_} p{p_} m{m} {tag}",
+                           lambda p_=p_: with_depthwise_kernel("small", torch.ops.convops.depthwise_conv2d, xp, w,
+                                                               None, s_, p_, 1),
+                           lambda p_=p_: F.conv2d(xp, w, None, s_, p_, 1, groups=6), tol[dtype])
             # The register-blocked kernel: many planes a block, bands of a tall plane, an odd padding, a multiplier.
             for shape, k, p_, m in [((96, 6, 7, 8), 3, 1, 1), ((1, 6, 300, 40), 7, 3, 1), ((4, 6, 14, 14), 5, 1, 2)]:
                 xb = rand(*shape, dtype=dtype)

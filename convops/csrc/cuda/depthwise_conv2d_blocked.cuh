@@ -292,6 +292,7 @@ std::optional<BlockedPlan<scalar_t>> plan_blocked(const DepthwiseGeometry& d, in
 // (H200, 2026-11-27 00:54 and 00:59 UTC, batch 1, do_bench us, this / plane-block, TF32 then bf16): 14x14 3x3 (c480)
 // 6.3 / 7.0 and 6.5 / 7.3; 7x7 3x3 6.6 / 7.4 (16-bit odd widths are not taken); 7x7 7x7 7.0 / 7.1; 14x14 7x7 7.5 /
 // 7.3 and 7.2 / 7.4; and against the plane-block kernel's long runs (00:47) 14x14 7x7 7.6 / 10.9 and 6.7 / 12.5.
+// Of the small problems, the small-problem kernel (depthwise_conv2d_small.cuh, small_kernel_pays) takes most first.
 inline bool blocked_pays(const DepthwiseGeometry& d) {
   return d.out_w >= 28 || (d.kernel_w == 7 && d.out_w >= 14) || is_small_problem(d);
 }

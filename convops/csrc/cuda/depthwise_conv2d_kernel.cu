@@ -22,6 +22,7 @@
 #include "cuda/depthwise_conv2d_launch.cuh"
 #include "cuda/depthwise_conv2d_planes.cuh"
 #include "cuda/depthwise_conv2d_rows.cuh"
+#include "cuda/depthwise_conv2d_small.cuh"
 #include "cuda/depthwise_stencil.cuh"
 #include "cuda/device_info.h"
 #include "cuda/device_utils.cuh"
@@ -388,14 +389,15 @@ void check_coordinates_fit_int(const char* op, const DepthwiseGeometry& d) {
                 ") reach plane coordinates past the CUDA kernels' 32-bit range");
 }
 
-// Which NCHW kernel may run. Normally any (the dispatch below picks); CONVOPS_DEPTHWISE_KERNEL=bulk|rows|blocked|
-// planes|tiled restricts it, for measuring the kernels against each other (tools/dev_depthwise_planes.py). A kernel
-// that does not take the problem still falls through to the general ones.
-enum class KernelChoice { kAny, kBulk, kRows, kBlocked, kPlanes, kTiled };
+// Which NCHW kernel may run. Normally any (the dispatch below picks); CONVOPS_DEPTHWISE_KERNEL=small|bulk|rows|
+// blocked|planes|tiled restricts it, for measuring the kernels against each other (tools/dev_depthwise_planes.py).
+// A kernel that does not take the problem still falls through to the general ones.
+enum class KernelChoice { kAny, kSmall, kBulk, kRows, kBlocked, kPlanes, kTiled };
 
 KernelChoice kernel_choice() {
   const char* env = std::getenv("CONVOPS_DEPTHWISE_KERNEL");
   if (env == nullptr) return KernelChoice::kAny;
+  if (std::strcmp(env, "small") == 0) return KernelChoice::kSmall;
   if (std::strcmp(env, "bulk") == 0) return KernelChoice::kBulk;
   if (std::strcmp(env, "rows") == 0) return KernelChoice::kRows;
   if (std::strcmp(env, "blocked") == 0) return KernelChoice::kBlocked;
@@ -418,14 +420,19 @@ void depthwise_conv2d_into(const at::Tensor& input, const at::Tensor& weight, co
   const KernelChoice choice = kernel_choice();
   const auto stream = c10::cuda::getCurrentCUDAStream();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "convops_depthwise_conv2d", [&] {
-    // Contiguous NCHW: the row-streaming kernel for stride 1, 3x3 / 5x5 / 7x7 and rows that fill its warps,
-    // fed from registers (depthwise_conv2d_rows.cuh); for narrower rows the register-blocked kernel
+    // Contiguous NCHW: the small-problem kernel for the latency-bound problems where it pays
+    // (depthwise_conv2d_small.cuh); the row-streaming kernel for stride 1, 3x3 / 5x5 / 7x7 and rows that fill its
+    // warps, fed from registers (depthwise_conv2d_rows.cuh); for narrower rows the register-blocked kernel
     // (depthwise_conv2d_blocked.cuh: stride 1, 3x3 / 5x5 / 7x7) or the plane-block kernel
     // (depthwise_conv2d_planes.cuh) for the rest; then the general ones.
     // On sm_90 the bulk-copy variant of the row kernel (depthwise_conv2d_bulk.cuh) takes the row kernel's shapes:
     // 6% faster in fp32, 10% in bf16 on the seed (H200). Its ring fences each consumer's shared-memory reads
     // against the async-proxy refill before releasing a slot; without that fence one call in ~150 on the seed
     // wrote 24 wrong outputs (tools/probe/determinism.py --kernel bulk finds it).
+    if ((choice == KernelChoice::kSmall || (choice == KernelChoice::kAny && small_kernel_pays(d))) &&
+        launch_depthwise_small<scalar_t>(input, weight_c, bias_c, output, d, stream)) {
+      return;
+    }
     const bool wide_rows = d.in_w >= rows_strip_columns<scalar_t>(d);
     if ((choice == KernelChoice::kBulk || (choice == KernelChoice::kAny && wide_rows)) &&
         launch_depthwise_bulk<scalar_t>(input, weight_c, bias_c, output, d, stream)) {
