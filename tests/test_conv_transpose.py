@@ -274,13 +274,20 @@ def takes_shift_kernel(case: Case, x: torch.Tensor, tf32: bool) -> bool:
     return eligible and mode and rows and aligned
 
 
+# The shift kernel and, for channel tiles of 64, its warp-specialized form (conv_transpose_shift_gemm_ws.cuh).
+SHIFT_KERNELS = ("conv_transpose_shift_gemm_kernel<", "conv_transpose_shift_gemm_ws_kernel<")
+
+
+def shift_kernels_run(kernels: set[str]) -> list[str]:
+    return [k for k in kernels if any(name in k for name in SHIFT_KERNELS)]
+
+
 def ran_shift_kernel(kernels: set[str]) -> bool:
-    """The shift kernel or, for channel tiles of 64, its warp-specialized form (conv_transpose_shift_gemm_ws.cuh)."""
-    return any("conv_transpose_shift_gemm_kernel<" in k for k in kernels) or ran_warp_specialized(kernels)
+    return bool(shift_kernels_run(kernels))
 
 
 def ran_warp_specialized(kernels: set[str]) -> bool:
-    return any("conv_transpose_shift_gemm_ws_kernel<" in k for k in kernels)
+    return any(SHIFT_KERNELS[1] in k for k in kernels)
 
 
 def check_input_view(case: Case, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> list[bool]:
@@ -372,8 +379,7 @@ SHIFT_TILINGS = {"mb4_split_rows": Case(2, 16, 24, (4, 24, 300), (3, 3, 3), (1,)
 def ran_quartets(kernels: set[str]) -> bool:
     """Whether the shift kernel (or its warp-specialized form) ran with its units in quartets (the last template
     argument of both)."""
-    return any(("conv_transpose_shift_gemm_kernel<" in k or "conv_transpose_shift_gemm_ws_kernel<" in k)
-               and "true>" in k for k in kernels)
+    return any("true>" in k for k in shift_kernels_run(kernels))
 
 
 def takes_quartets(name: str, dtype: torch.dtype) -> bool:

@@ -96,6 +96,20 @@ def test_cuda_seed_like_shape_matches_eager_bitwise_order():
                                F.conv2d(x, weight, bias, 1, 1, 1, groups=8), atol=1e-6, rtol=1e-6)
 
 
+def run_with_kernel(monkeypatch, kernel, args):
+    """convops.depthwise_conv2d(*args) with the NCHW dispatch restricted to `kernel` (CONVOPS_DEPTHWISE_KERNEL; None:
+    the default dispatch): its output poisoned first, so that every output must be written, and checked against
+    float64. Returns the output and the CUDA kernels that a second call ran."""
+    if kernel is None:
+        monkeypatch.delenv("CONVOPS_DEPTHWISE_KERNEL", raising=False)
+    else:
+        monkeypatch.setenv("CONVOPS_DEPTHWISE_KERNEL", kernel)
+    poison_allocator("cuda", output_nbytes(args[0], args[1], *args[3:]))
+    out = convops.depthwise_conv2d(*args)
+    assert_close(out, reference(torch_depthwise, *args))
+    return out, cuda_kernels_run(lambda: convops.depthwise_conv2d(*args))
+
+
 # Row-streaming problems: (C_in, multiplier, H, W, kernel, padding) with rows a whole number of 16-byte vectors,
 # wide enough for one strip (128 fp32 / 256 16-bit columns) in every dtype. W 520 gives fp32 five strips (a block's
 # column group of four and a ragged one of one) and 16-bit three; W 1040 gives 16-bit five. Paddings: none, the
@@ -121,13 +135,9 @@ def test_cuda_row_streaming_kernels(monkeypatch, case, dtype, kernel):
     weight = make_tensor((c * m, 1, k, k), dtype, "cuda")
     bias = make_tensor((c * m,), dtype, "cuda") if (h + k) % 2 else None
     args = (x, weight, bias, [1, 1], [pad, pad], [1, 1])
-    monkeypatch.setenv("CONVOPS_DEPTHWISE_KERNEL", kernel)
-    poison_allocator("cuda", output_nbytes(x, weight, *args[3:]))
-    out = convops.depthwise_conv2d(*args)
-    assert_close(out, reference(torch_depthwise, *args))
+    out, ran = run_with_kernel(monkeypatch, kernel, args)
     # The bulk kernel declines 16-bit 7x7 filters (BulkConfig::kTakes); the general kernels answer instead.
     both_take = dtype == torch.float32 or k < 7
-    ran = cuda_kernels_run(lambda: convops.depthwise_conv2d(*args))
     assert any(f"depthwise_{kernel}_kernel" in name for name in ran) == (kernel == "rows" or both_take)
     if both_take and torch.cuda.get_device_capability() >= (9, 0):
         monkeypatch.setenv("CONVOPS_DEPTHWISE_KERNEL", "rows" if kernel == "bulk" else "bulk")
@@ -156,12 +166,8 @@ def test_cuda_register_blocked_kernel(monkeypatch, case, dtype):
     weight = make_tensor((c * m, 1, k, k), dtype, "cuda")
     bias = make_tensor((c * m,), dtype, "cuda") if (h + k) % 2 else None
     args = (x, weight, bias, [1, 1], [pad, pad], [1, 1])
-    monkeypatch.setenv("CONVOPS_DEPTHWISE_KERNEL", "blocked")
-    poison_allocator("cuda", output_nbytes(x, weight, *args[3:]))
-    out = convops.depthwise_conv2d(*args)
-    assert_close(out, reference(torch_depthwise, *args))
+    out, ran = run_with_kernel(monkeypatch, "blocked", args)
     takes = dtype == torch.float32 or w % 2 == 0
-    ran = cuda_kernels_run(lambda: convops.depthwise_conv2d(*args))
     assert any("depthwise_blocked_kernel" in name for name in ran) == takes
     if dtype == torch.float32:
         monkeypatch.setenv("CONVOPS_DEPTHWISE_KERNEL", "planes")
@@ -193,14 +199,9 @@ def test_cuda_plane_block_kernel_short_and_long_runs(monkeypatch, case, dtype):
     weight = make_tensor((c * m, 1, k, k), dtype, "cuda")
     bias = make_tensor((c * m,), dtype, "cuda") if k != 5 else None
     params = ([stride] * 2, [pad] * 2, [dil] * 2)
-    monkeypatch.setenv("CONVOPS_DEPTHWISE_KERNEL", "planes")
     outs = []
     for images in (x[:1], x):
-        args = (images, weight, bias, *params)
-        poison_allocator("cuda", output_nbytes(images, weight, *params))
-        out = convops.depthwise_conv2d(*args)
-        assert_close(out, reference(torch_depthwise, *args))
-        ran = cuda_kernels_run(lambda: convops.depthwise_conv2d(*args))
+        out, ran = run_with_kernel(monkeypatch, "planes", (images, weight, bias, *params))
         assert any("depthwise_planes_kernel" in name for name in ran), ran
         outs.append(out)
     assert torch.equal(outs[0][0], outs[1][0])
@@ -235,14 +236,7 @@ def test_cuda_small_problem_kernel(monkeypatch, case, dtype):
     takes = dil == 1 and k in (3, 5)
     pays = takes and not (stride == 1 and out_w >= 28)
     for kernel, runs in (("small", takes), (None, pays)):
-        if kernel is None:
-            monkeypatch.delenv("CONVOPS_DEPTHWISE_KERNEL")
-        else:
-            monkeypatch.setenv("CONVOPS_DEPTHWISE_KERNEL", kernel)
-        poison_allocator("cuda", output_nbytes(x, weight, *args[3:]))
-        out = convops.depthwise_conv2d(*args)
-        assert_close(out, reference(torch_depthwise, *args))
-        ran = cuda_kernels_run(lambda: convops.depthwise_conv2d(*args))
+        out, ran = run_with_kernel(monkeypatch, kernel, args)
         assert any("depthwise_small_kernel" in name for name in ran) == runs, (kernel, ran)
     if dtype == torch.float32:
         monkeypatch.setenv("CONVOPS_DEPTHWISE_KERNEL", "planes")
