@@ -32,3 +32,11 @@ def _seed_and_restore_precision_flags():
     tf32 = torch.backends.cudnn.allow_tf32
     yield
     torch.backends.cudnn.allow_tf32 = tf32
+
+
+@pytest.fixture
+def without_small_separable_kernel(monkeypatch):
+    """Leaves the small-problem fused kernel out of the separable op's dispatch (CONVOPS_SEPARABLE_KERNEL=streaming,
+    read each call), for tests of the kernels and paths whose problems it would otherwise take: it takes contiguous
+    NCHW problems of a few thousand outputs, stride 2 included."""
+    monkeypatch.setenv("CONVOPS_SEPARABLE_KERNEL", "streaming")

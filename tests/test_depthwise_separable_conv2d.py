@@ -157,11 +157,13 @@ def test_cuda_tf32_matches_eager_on_seed_like_problem():
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.usefixtures("without_small_separable_kernel")
 def test_cuda_strict_fp32_ignores_the_matmul_tf32_flag(layout):
     """The mixed path runs its 1x1 on cuBLAS only where cuBLAS computes what cuDNN's convolution would. With TF32
     off for convolutions but on for matmuls (torch.backends.cuda.matmul.allow_tf32), the op must stay strict fp32:
-    a TF32 GEMM over these 20 channels misses the reference by ~1e-3. W = 70 keeps the problem outside the fused
-    kernel, so the convops path is the mixed one (NCHW GEMM, or one (N HW x C) GEMM in channels-last)."""
+    a TF32 GEMM over these 20 channels misses the reference by ~1e-3. W = 70 keeps the problem outside the tile
+    kernel (and the small-problem one is left out), so the convops path is the mixed one (NCHW GEMM, or one
+    (N HW x C) GEMM in channels-last)."""
     args = make_problem(CASES[3], torch.float32, "cuda", layout)
     matmul_tf32 = torch.backends.cuda.matmul.allow_tf32
     try:
@@ -176,6 +178,7 @@ def test_cuda_strict_fp32_ignores_the_matmul_tf32_flag(layout):
 
 
 @pytest.mark.cuda
+@pytest.mark.usefixtures("without_small_separable_kernel")
 def test_cuda_fp32_precision_flags_disagreeing_with_the_old_ones():
     """torch >= 2.9's fp32_precision flags, TF32 off for convolutions but on for matmuls: the op must neither raise
     (ATen's old-style getters allowTF32CuBLAS / float32MatmulPrecision throw when the two APIs disagree) nor let the
@@ -198,8 +201,9 @@ def test_cuda_fp32_precision_flags_disagreeing_with_the_old_ones():
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [*DTYPES, torch.float64])
 @pytest.mark.parametrize("in_hw", [(13, 17), (11, 9), (7, 13), (15, 15)], ids=["odd", "pairs", "quads", "octets"])
+@pytest.mark.usefixtures("without_small_separable_kernel")
 def test_cuda_mixed_path_adds_the_pointwise_bias_as_aten_does(dtype, in_hw):
-    """The mixed path (stride 2: no fused kernel) adds the pointwise bias after its NCHW GEMM with convops' own
+    """The mixed path (stride 2: no fused kernel but the small-problem one, left out) adds the pointwise bias after its NCHW GEMM with convops' own
     per-channel add (cuda/channel_bias.cuh), whose vectors are as wide as the output plane's length allows (63, 30,
     28 and 64 outputs here: 1, 2, 4 and 8 elements). Its result must be bitwise ATen's add of the bias to the
     unbiased output of the same path. Strict fp32, so that fp32 takes the GEMM too; fp64 has no cuBLAS GEMM that
@@ -218,11 +222,12 @@ def test_cuda_mixed_path_adds_the_pointwise_bias_as_aten_does(dtype, in_hw):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.usefixtures("without_small_separable_kernel")
 def test_cuda_mixed_path_tf32_gemm_rounds_its_operands(layout):
     """With TF32 allowed the mixed path's NCHW 1x1 is still a GEMM (cuda/convolution_gemm.cuh: operands rounded to
     TF32 by convops' kernel, then cuBLAS's TF32 GEMM), matching the TF32 reference; in channels-last it stays ATen's
     1x1 convolution, since ATen's mm would not round as cuDNN does."""
-    case = (2, 6, 1, 40, 21, 33, (3, 3), (2, 2), (1, 1), (1, 1), True, True)  # stride 2: no fused kernel
+    case = (2, 6, 1, 40, 21, 33, (3, 3), (2, 2), (1, 1), (1, 1), True, True)  # stride 2: the mixed path
     with allow_tf32(True), convops.forced_path("convops"):
         args = make_problem(case, torch.float32, "cuda", layout)
         ran = cuda_kernels_run(lambda: convops.depthwise_separable_conv2d(*args))
@@ -343,6 +348,103 @@ def test_cuda_gradients_match_aten(case):
                 torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-4)
 
 
+# Problems of the small-problem fused kernel (csrc/cuda/depthwise_separable_conv2d_small.cuh), with the tiling its
+# launcher picks on 132 SMs: MobileNetV2's 384 -> 64 at 14x14 (tiles of 8 pixels, the last of 4; 6 slices of the mid
+# channels over a cluster; 4 shares a slice) and EfficientNet-B0's 1152 -> 192 at 7x7 with both biases (tiles of 7,
+# clusters of 16 on Hopper, 192 couts); a 56x56 stride-2 layer (tiles of 32 pixels that span output rows); a multiplier of 2
+# with padding past half the filter along H, a short last slice and two images; one cout (one CTA a tile, no
+# cluster; three images); 200 couts without padding (a short last slice); 7x7 stride 2 with a multiplier of 3 and
+# padding past half the filter along W; 150 couts on a 17x19 plane (tiles of 30: 600 tasks, more than a CTA's
+# threads).
+SMALL_CASES = [
+    (1, 384, 1, 64, 14, 14, (3, 3), (1, 1), (1, 1), (1, 1), False, False),
+    (1, 1152, 1, 192, 7, 7, (5, 5), (1, 1), (2, 2), (1, 1), True, True),
+    (1, 144, 1, 32, 56, 56, (3, 3), (2, 2), (1, 1), (1, 1), False, True),
+    (2, 37, 2, 33, 9, 11, (5, 5), (2, 2), (3, 1), (1, 1), True, True),
+    (3, 20, 1, 1, 13, 17, (7, 7), (1, 1), (3, 3), (1, 1), True, False),
+    (1, 100, 1, 200, 10, 9, (3, 3), (1, 1), (0, 0), (1, 1), False, True),
+    (1, 24, 3, 17, 20, 19, (7, 7), (2, 2), (2, 4), (1, 1), True, True),
+    (1, 40, 1, 150, 17, 19, (3, 3), (1, 1), (1, 1), (1, 1), True, True),
+]
+
+
+def small_kernel_pays(case) -> bool:
+    """small_separable_pays of csrc/cuda/depthwise_separable_conv2d_small.cuh: at most 2^18 depthwise outputs on
+    output planes of at most 256 pixels, a 1x1 of at most 2^24 multiply-adds."""
+    n, c, m, c_out, h, w, kernel, stride, padding, _, _, _ = case
+    out_h, out_w = ((size + 2 * p - k) // s + 1 for size, k, s, p in zip((h, w), kernel, stride, padding))
+    outputs = n * c * m * out_h * out_w
+    return outputs <= 2 ** 18 and out_h * out_w <= 256 and outputs * c_out <= 2 ** 24
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", SMALL_CASES, ids=lambda c: "x".join(map(str, c[:6])))
+def test_cuda_small_problem_fused_kernel(monkeypatch, case, dtype):
+    """The small-problem fused kernel, forced (CONVOPS_SEPARABLE_KERNEL=small) and by the default dispatch (which
+    takes it where it pays: all these problems but the 28x28 and 17x19 planes), against the float64 reference in
+    every precision mode: the intermediate rounded to the input dtype, and under TF32 the 1x1's operands rounded to
+    TF32 as cuDNN does, so TF32 is held to the fp32 tolerance; outputs poisoned first."""
+    args = make_problem(case, dtype, "cuda")
+    for tf32 in ([True, False] if dtype == torch.float32 else [True]):
+        for forced in (True, False):
+            if forced:
+                monkeypatch.setenv("CONVOPS_SEPARABLE_KERNEL", "small")
+            else:
+                monkeypatch.delenv("CONVOPS_SEPARABLE_KERNEL", raising=False)
+            with allow_tf32(tf32):
+                expected = separable_reference(*args)
+                poison_allocator("cuda", expected.numel() * args[0].element_size())
+                out = convops.depthwise_separable_conv2d(*args)
+                names = cuda_kernels_run(lambda: convops.depthwise_separable_conv2d(*args))
+            ran = any("separable_small_kernel" in n for n in names)
+            assert ran == (forced or small_kernel_pays(case)), (tf32, forced, names)
+            if ran or not tf32:
+                assert_close(out, expected)
+            else:
+                assert_close(out, expected, **CUDNN_TF32_TOLERANCE)
+            assert out.is_contiguous()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("ranks,case", [("8", SMALL_CASES[1]), ("1", SMALL_CASES[0])], ids=["8", "1"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_small_problem_fused_kernel_cluster_caps(monkeypatch, ranks, case, dtype):
+    """CONVOPS_SMALL_SEPARABLE_RANKS caps the clusters: EfficientNet-B0's 1152 -> 192 layer on clusters of 8 CTAs
+    (the portable size, the fallback where 16 do not fit), and MobileNetV2's 384 -> 64 layer on one CTA a tile (no
+    cluster: the kernel on GPUs without clusters; its weights still fit in shared memory) match the reference."""
+    args = make_problem(case, dtype, "cuda")
+    monkeypatch.setenv("CONVOPS_SEPARABLE_KERNEL", "small")
+    monkeypatch.setenv("CONVOPS_SMALL_SEPARABLE_RANKS", ranks)
+    expected = separable_reference(*args)
+    poison_allocator("cuda", expected.numel() * args[0].element_size())
+    assert_close(convops.depthwise_separable_conv2d(*args), expected)
+    names = cuda_kernels_run(lambda: convops.depthwise_separable_conv2d(*args))
+    assert any("separable_small_kernel" in n for n in names), names
+
+
+@pytest.mark.cuda
+def test_cuda_small_problem_fused_kernel_leaves_large_problems(monkeypatch):
+    """The default dispatch gives the small-problem kernel only latency-bound problems: not a batch-32 layer (1.6
+    million depthwise outputs), nor a batch-1 layer whose 1x1 is 2^26.8 multiply-adds (ConvNeXt-T 384 -> 1536 at 14x14).
+    Forced, it computes the batch-32 one (32 images of 25 tiles, one CTA a tile) and declines the other, whose
+    weight slices would not fit in shared memory."""
+    batch32 = (32, 64, 1, 32, 28, 28, (3, 3), (1, 1), (1, 1), (1, 1), True, True)
+    convnext = (1, 384, 1, 1536, 14, 14, (7, 7), (1, 1), (3, 3), (1, 1), True, True)
+    for case in (batch32, convnext):
+        args = make_problem(case, torch.bfloat16, "cuda")
+        names = cuda_kernels_run(lambda: convops.depthwise_separable_conv2d(*args))
+        assert not any("separable_small_kernel" in n for n in names), (case, names)
+    monkeypatch.setenv("CONVOPS_SEPARABLE_KERNEL", "small")
+    for case, runs in ((batch32, True), (convnext, False)):
+        args = make_problem(case, torch.bfloat16, "cuda")
+        expected = separable_reference(*args)
+        poison_allocator("cuda", expected.numel() * args[0].element_size())
+        assert_close(convops.depthwise_separable_conv2d(*args), expected)
+        names = cuda_kernels_run(lambda: convops.depthwise_separable_conv2d(*args))
+        assert any("separable_small_kernel" in n for n in names) == runs, (case, names)
+
+
 # Runs the fused kernel on saved inputs in a fresh process, whose environment picks the variant (the launcher reads
 # its switches once a process).
 _RUN_FUSED_KERNEL = """
@@ -422,10 +524,11 @@ _STREAMING = [(2, 64, 1, 128, 37, 200, (3, 3), (1, 1), (1, 1), (1, 1), True, Tru
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", _STREAMING)
+@pytest.mark.usefixtures("without_small_separable_kernel")
 def test_cuda_streaming_kernel_matches_reference(dtype, case):
     """On compute capability 9.0 (with setup.py's sm_90a code) the row-streaming kernel takes these problems; in
     TF32 and 16-bit it matches the reference as closely as the tile kernel does. Strict fp32 stays on the tile
-    kernel (3xTF32)."""
+    kernel (3xTF32). (The small-problem kernel, left out here, would take the third.)"""
     args = make_problem(case, dtype, "cuda")
     assert fused_kernel_takes(args[0], args[1], args[3], *args[5:])
     with allow_tf32(True):
@@ -443,6 +546,7 @@ def test_cuda_streaming_kernel_matches_reference(dtype, case):
 
 
 @pytest.mark.cuda
+@pytest.mark.usefixtures("without_small_separable_kernel")
 def test_cuda_streaming_kernel_leaves_few_couts_to_the_tile_kernel():
     """Under 64 couts (where the streaming kernel's 128-cout rows cost more than they bring) the tile kernel runs."""
     args = make_problem((2, 32, 1, 16, 20, 128, (3, 3), (1, 1), (1, 1), (1, 1), True, True), torch.float32, "cuda")

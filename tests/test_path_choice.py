@@ -229,12 +229,13 @@ def test_cuda_separable_times_its_mixed_path_where_the_fused_kernel_applies(dtyp
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.usefixtures("without_small_separable_kernel")
 def test_cuda_separable_mixed_path_decides_its_1x1_as_a_problem_of_its_own(dtype):
     """The mixed path's 1x1 is a cuBLAS GEMM ("convops") or ATen's 1x1 convolution ("aten"), whichever "auto" timed
     faster for the intermediate: a decision of its own, one per intermediate, recorded with both timings and the
-    intermediate's dtype, sizes and strides. Stride 2 keeps the problem outside the fused kernels, so the op's
-    convops path is the mixed one, which its own decision runs at least once (the warm-up); strict fp32, so that
-    fp32 may take the GEMM too."""
+    intermediate's dtype, sizes and strides. Stride 2 keeps the problem outside the fused kernels (the small-problem
+    one, which would take it, is left out), so the op's convops path is the mixed one, which its own decision runs
+    at least once (the warm-up); strict fp32, so that fp32 may take the GEMM too."""
     x = make_tensor((3, 24, 15, 17), dtype, "cuda")
     dw, pw, pb = (make_tensor(shape, dtype, "cuda") for shape in [(24, 1, 5, 5), (40, 24, 1, 1), (40,)])
     args = (x, dw, None, pw, pb, [2, 2], [2, 2], [1, 1])

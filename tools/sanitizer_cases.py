@@ -49,13 +49,21 @@ def stride_two(name, x, w, b, tol):
             lambda: aten(x, w, b, 2, 0, 0, 1, 1), tol)
 
 
-def with_depthwise_kernel(kernel, fn, *args):
-    """fn(*args) with the depthwise dispatch restricted to one kernel (CONVOPS_DEPTHWISE_KERNEL, read every call)."""
-    os.environ["CONVOPS_DEPTHWISE_KERNEL"] = kernel
+def restricted(variable, kernel, fn, *args):
+    """fn(*args) with a dispatch restricted to one kernel by an environment variable it reads every call."""
+    os.environ[variable] = kernel
     try:
         return fn(*args)
     finally:
-        del os.environ["CONVOPS_DEPTHWISE_KERNEL"]
+        del os.environ[variable]
+
+
+def with_depthwise_kernel(kernel, fn, *args):
+    return restricted("CONVOPS_DEPTHWISE_KERNEL", kernel, fn, *args)
+
+
+def with_separable_kernel(kernel, fn, *args):
+    return restricted("CONVOPS_SEPARABLE_KERNEL", kernel, fn, *args)
 
 
 def cases():
@@ -91,8 +99,9 @@ def cases():
                            lambda: F.conv2d(xw, w[:3], b[:3], 1, p, 1, groups=3), tol[dtype])
                 if p == (k - 1) // 2:  # the fused separable kernel: "same" padding, W a multiple of 16 bytes
                     pw = rand(130, 6, 1, 1, dtype=dtype)
-                    yield (f"separable fused k{k} {tag}",
-                           lambda: torch.ops.convops.depthwise_separable_conv2d(xr, w, b, pw, None, 1, p, 1),
+                    yield (f"separable fused k{k} {tag}",  # the tile kernel: the small-problem one left out
+                           lambda: with_separable_kernel("tile", torch.ops.convops.depthwise_separable_conv2d, xr, w,
+                                                         b, pw, None, 1, p, 1),
                            lambda: F.conv2d(F.conv2d(xr, w, b, 1, p, 1, groups=6), pw), tol[dtype])
                 if (k, p) == (3, 1):  # the row-streaming separable kernel (Hopper, <= 64 -> 64 to 128 channels)
                     pw_s = rand(72, 6, 1, 1, dtype=dtype)
@@ -100,8 +109,9 @@ def cases():
                     xt = rand(2, 6, 330, 40, dtype=dtype)  # 660 rows: shares of 5 rows, the ring refilled
                     for shape, inp in (("one strip", xr), ("two strips", xs), ("tall", xt)):
                         yield (f"separable streaming {shape} {tag}",
-                               lambda inp=inp: torch.ops.convops.depthwise_separable_conv2d(inp, w, b, pw_s, None, 1,
-                                                                                            1, 1),
+                               lambda inp=inp: with_separable_kernel(
+                                   "streaming", torch.ops.convops.depthwise_separable_conv2d, inp, w, b, pw_s, None,
+                                   1, 1, 1),
                                lambda inp=inp: F.conv2d(F.conv2d(inp, w, b, 1, 1, 1, groups=6), pw_s), tol[dtype])
             # The plane-block kernel with several planes a block (enough planes that blocks take more than one).
             xp = rand(96, 6, 7, 9, dtype=dtype)
@@ -117,6 +127,20 @@ def cases():
                            lambda p_=p_: with_depthwise_kernel("small", torch.ops.convops.depthwise_conv2d, xp, w,
                                                                None, s_, p_, 1),
                            lambda p_=p_: F.conv2d(xp, w, None, s_, p_, 1, groups=6), tol[dtype])
+            # The small-problem separable kernel: mid channels over a cluster (48: 3 slices of 16; 272: 16 slices,
+            # a non-portable cluster; 7x7 planes, tiles of 7), one CTA a tile (12 and 6 mid channels), tiles of 32
+            # that span rows (20 x 19 outputs), strides 1 and 2, multipliers, padding past half the filter.
+            for shape, k, s_, p_, m in [((1, 48, 7, 7), 5, 1, 2, 1), ((1, 272, 7, 7), 3, 1, 1, 1),
+                                        ((2, 6, 20, 19), 3, 2, 3, 2), ((1, 6, 20, 19), 7, 1, 3, 1),
+                                        ((1, 24, 14, 14), 3, 1, 1, 2)]:
+                xs = rand(*shape, dtype=dtype)
+                c = shape[1]
+                w, b = rand(c * m, 1, k, k, dtype=dtype), rand(c * m, dtype=dtype)
+                pw, pb = rand(19, c * m, 1, 1, dtype=dtype), rand(19, dtype=dtype)
+                yield (f"separable small {tuple(shape)} k{k} s{s_} p{p_} m{m} {tag}",
+                       lambda: with_separable_kernel("small", torch.ops.convops.depthwise_separable_conv2d, xs, w, b,
+                                                     pw, pb, s_, p_, 1),
+                       lambda: F.conv2d(F.conv2d(xs, w, b, s_, p_, 1, groups=c), pw, pb), tol[dtype])
             # The register-blocked kernel: many planes a block, bands of a tall plane, an odd padding, a multiplier.
             for shape, k, p_, m in [((96, 6, 7, 8), 3, 1, 1), ((1, 6, 300, 40), 7, 3, 1), ((4, 6, 14, 14), 5, 1, 2)]:
                 xb = rand(*shape, dtype=dtype)

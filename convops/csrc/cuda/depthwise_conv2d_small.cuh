@@ -48,6 +48,37 @@ struct SmallParams {
   int outputs;  // batch * out_channels * out_h * out_w
 };
 
+// One depthwise output straight from global memory: `bias` plus one fmaf per tap of the K x K window whose top-left
+// tap is (iy0, ix0) in the plane `src`, taps outside the plane skipped. Every load is issued before the sum starts,
+// each independent of the others. Also the depthwise stage of the small-problem separable kernel
+// (depthwise_separable_conv2d_small.cuh).
+template <typename scalar_t, int K>
+__device__ __forceinline__ float window_sum(const scalar_t* __restrict__ src, const scalar_t* __restrict__ filter,
+                                            float bias, int iy0, int ix0, int in_h, int in_w) {
+  float w[K][K], x[K][K];
+  bool inside[K][K];
+#pragma unroll
+  for (int ky = 0; ky < K; ++ky) {
+#pragma unroll
+    for (int kx = 0; kx < K; ++kx) {
+      const int iy = iy0 + ky, ix = ix0 + kx;
+      inside[ky][kx] = static_cast<unsigned>(iy) < static_cast<unsigned>(in_h) &&
+                       static_cast<unsigned>(ix) < static_cast<unsigned>(in_w);
+      w[ky][kx] = static_cast<float>(filter[ky * K + kx]);
+      x[ky][kx] = inside[ky][kx] ? static_cast<float>(src[iy * in_w + ix]) : 0.0f;
+    }
+  }
+  float sum = bias;
+#pragma unroll
+  for (int ky = 0; ky < K; ++ky) {
+#pragma unroll
+    for (int kx = 0; kx < K; ++kx) {
+      if (inside[ky][kx]) sum = fmaf(w[ky][kx], x[ky][kx], sum);
+    }
+  }
+  return sum;
+}
+
 template <typename scalar_t, int K, int S>
 __global__ void __launch_bounds__(kThreads) depthwise_small_kernel(const SmallParams<scalar_t> p) {
   const int i = blockIdx.x * kThreads + threadIdx.x;
@@ -59,32 +90,9 @@ __global__ void __launch_bounds__(kThreads) depthwise_small_kernel(const SmallPa
   const int co = plane % p.out_channels;
   // Output plane n * C_out + co reads input plane n * C_in + co / multiplier = plane / multiplier (C_out = m C_in).
   const scalar_t* __restrict__ src = p.input + int64_t{plane / p.multiplier} * p.in_h * p.in_w;
-  const scalar_t* __restrict__ filter = p.weight + co * K * K;
-  const int iy0 = oy * S - p.pad_h, ix0 = ox * S - p.pad_w;
-
-  // All loads first, each independent of the others.
-  float w[K][K], x[K][K];
-  bool inside[K][K];
-#pragma unroll
-  for (int ky = 0; ky < K; ++ky) {
-#pragma unroll
-    for (int kx = 0; kx < K; ++kx) {
-      const int iy = iy0 + ky, ix = ix0 + kx;
-      inside[ky][kx] = static_cast<unsigned>(iy) < static_cast<unsigned>(p.in_h) &&
-                       static_cast<unsigned>(ix) < static_cast<unsigned>(p.in_w);
-      w[ky][kx] = static_cast<float>(filter[ky * K + kx]);
-      x[ky][kx] = inside[ky][kx] ? static_cast<float>(src[iy * p.in_w + ix]) : 0.0f;
-    }
-  }
-  float sum = p.bias != nullptr ? static_cast<float>(p.bias[co]) : 0.0f;
-#pragma unroll
-  for (int ky = 0; ky < K; ++ky) {
-#pragma unroll
-    for (int kx = 0; kx < K; ++kx) {
-      if (inside[ky][kx]) sum = fmaf(w[ky][kx], x[ky][kx], sum);
-    }
-  }
-  p.output[i] = static_cast<scalar_t>(sum);
+  const float bias = p.bias != nullptr ? static_cast<float>(p.bias[co]) : 0.0f;
+  p.output[i] = static_cast<scalar_t>(
+      window_sum<scalar_t, K>(src, p.weight + co * K * K, bias, oy * S - p.pad_h, ox * S - p.pad_w, p.in_h, p.in_w));
 }
 
 template <typename scalar_t, int K>

@@ -1,9 +1,10 @@
 // CUDA implementation of convops::depthwise_separable_conv2d. Under the path choice (cuda/path_choice.cuh) the op
 // runs one of:
-//   - a fused kernel (the depthwise intermediate stays in shared memory, the 1x1 runs on tensor cores), for the
-//     problems it covers: the row-streaming kernel (depthwise_separable_conv2d_streaming.cuh, Hopper, the seed's
-//     kind of problem) or the tile kernel (depthwise_separable_conv2d_pipelined.cuh); elsewhere the "convops" path
-//     is the mixed one;
+//   - a fused kernel (the depthwise intermediate stays in shared memory), for the problems it covers: the
+//     small-problem kernel for latency-bound ones (depthwise_separable_conv2d_small.cuh, the 1x1 on FFMA), the
+//     row-streaming kernel (depthwise_separable_conv2d_streaming.cuh, Hopper, the seed's kind of problem) or the
+//     tile kernel (depthwise_separable_conv2d_pipelined.cuh), both with the 1x1 on tensor cores; elsewhere the
+//     "convops" path is the mixed one;
 //   - "mixed": the convops depthwise kernel, then the 1x1 as a cuBLAS GEMM or as ATen's 1x1 convolution, whichever
 //     "auto" timed faster for that intermediate (pointwise_stage);
 //   - "aten": ATen's two convolutions.
@@ -20,11 +21,14 @@
 #include "cuda/convolution_gemm.cuh"
 #include "cuda/depthwise_conv2d_launch.cuh"
 #include "cuda/depthwise_separable_conv2d_pipelined.cuh"
+#include "cuda/depthwise_separable_conv2d_small.cuh"
 #include "cuda/depthwise_separable_conv2d_streaming.cuh"
 #include "cuda/device_utils.cuh"
 #include "cuda/path_choice.cuh"
 #include "depthwise_separable_conv2d.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <optional>
 
@@ -41,16 +45,38 @@ struct Operands {
   std::optional<at::Tensor> dw_bias, pw_bias;
 };
 
-// Runs (or with dry_run only asks about) a fused kernel: the row-streaming one where it applies, else the tile one;
-// false where the problem is outside both scopes.
+// Which fused kernels may run (read each call). Normally any: the dispatch picks. CONVOPS_SEPARABLE_KERNEL=small
+// takes the small-problem kernel wherever it applies, not only where it pays; =streaming leaves the small-problem
+// kernel out; =tile leaves out both it and the row-streaming kernel. For tests and for timing the kernels against each
+// other; a kernel that does not take the problem falls through to the next.
+enum class FusedChoice { kAny, kSmall, kStreaming, kTile };
+
+FusedChoice fused_choice() {
+  const char* env = std::getenv("CONVOPS_SEPARABLE_KERNEL");
+  if (env == nullptr) return FusedChoice::kAny;
+  if (std::strcmp(env, "small") == 0) return FusedChoice::kSmall;
+  if (std::strcmp(env, "streaming") == 0) return FusedChoice::kStreaming;
+  if (std::strcmp(env, "tile") == 0) return FusedChoice::kTile;
+  return FusedChoice::kAny;
+}
+
+// Runs (or with dry_run only asks about) a fused kernel: the small-problem one for the latency-bound problems where
+// it pays, else the row-streaming one where it applies, else the tile one; false where the problem is outside every
+// scope.
 bool fused_kernel(const Operands& o, const at::Tensor& output, const DepthwiseGeometry& d, bool dry_run) {
   if (o.input.scalar_type() == at::kDouble) return false;
+  const FusedChoice choice = fused_choice();
+  const bool small = choice == FusedChoice::kSmall ||
+                     (choice == FusedChoice::kAny && small_separable_pays(d, o.pw_weight.size(0)));
+  const bool streaming = choice != FusedChoice::kTile;
   bool ran = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, o.input.scalar_type(), "convops_depthwise_separable", [&] {
     const bool tf32 = conv_allows_tf32(o.input);
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    ran = launch_separable_streaming<scalar_t>(o.input, o.dw_weight, o.dw_bias, o.pw_weight, o.pw_bias, output, d,
-                                               tf32, stream, dry_run) ||
+    ran = (small && launch_separable_small<scalar_t>(o.input, o.dw_weight, o.dw_bias, o.pw_weight, o.pw_bias,
+                                                     output, d, tf32, stream, dry_run)) ||
+          (streaming && launch_separable_streaming<scalar_t>(o.input, o.dw_weight, o.dw_bias, o.pw_weight,
+                                                             o.pw_bias, output, d, tf32, stream, dry_run)) ||
           launch_separable_pipelined<scalar_t>(o.input, o.dw_weight, o.dw_bias, o.pw_weight, o.pw_bias, output, d,
                                                tf32, stream, dry_run);
   });

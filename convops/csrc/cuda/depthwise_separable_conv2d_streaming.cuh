@@ -36,7 +36,6 @@
 #include <cstdlib>
 #include <limits>
 #include <optional>
-#include <string>
 #include <type_traits>
 
 #include "cuda/bulk_copy.cuh"
@@ -658,16 +657,7 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
 #endif
 }
 
-// CONVOPS_SEPARABLE_KERNEL=tile turns this kernel off (read once), for timing it against the tile kernel; the env
-// CONVOPS_STREAM_CTAS and CONVOPS_STREAM_SLOTS cap the grid and the ring depth, for tests and tuning.
-inline bool enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("CONVOPS_SEPARABLE_KERNEL");
-    return env == nullptr || std::string(env) != "tile";
-  }();
-  return on;
-}
-
+// CONVOPS_STREAM_CTAS and CONVOPS_STREAM_SLOTS cap the grid and the ring depth (read once), for tests and tuning.
 inline int env_int(const char* name, int fallback) {
   const char* env = std::getenv(name);
   return env != nullptr && std::atoi(env) > 0 ? std::atoi(env) : fallback;
@@ -731,7 +721,7 @@ bool launch_separable_streaming(const at::Tensor& input, const at::Tensor& dw_we
   if constexpr (std::is_same_v<scalar_t, double>) {
     return false;
   } else {
-    if (!enabled() || !wgmma::runs_here()) return false;
+    if (!wgmma::runs_here()) return false;
     if (!fused_kernel_applies<scalar_t>(input, output, d, pw_weight.size(0), dry_run)) return false;
     // 16-byte vectors (fp32) and the output's tensor map (16-bit) need a 16-byte aligned base.
     if (!dry_run && reinterpret_cast<uintptr_t>(output.const_data_ptr()) % 16 != 0) return false;
