@@ -424,6 +424,24 @@ def test_cuda_small_problem_fused_kernel_cluster_caps(monkeypatch, ranks, case, 
 
 
 @pytest.mark.cuda
+def test_cuda_small_problem_fused_kernel_after_a_smaller_cluster(monkeypatch):
+    """One kernel instance (fp32, TF32, 5x5, stride 1) on clusters of 16 CTAs for a problem that needs more shared
+    memory, then one that needs less (its cluster check is new), then the first again: the allowance the first set
+    must still hold (the cluster check may only ever raise it)."""
+    monkeypatch.setenv("CONVOPS_SEPARABLE_KERNEL", "small")
+    large = SMALL_CASES[1]  # 1152 -> 192: 16 slices of 72 channels, about 60 KB a CTA
+    small = (1, 272, 1, 24, 7, 7, (5, 5), (1, 1), (2, 2), (1, 1), True, True)  # 16 slices of 17: about 5 KB
+    with allow_tf32(True):
+        for case in (large, small, large):
+            args = make_problem(case, torch.float32, "cuda")
+            expected = separable_reference(*args)
+            poison_allocator("cuda", expected.numel() * args[0].element_size())
+            assert_close(convops.depthwise_separable_conv2d(*args), expected)
+            names = cuda_kernels_run(lambda: convops.depthwise_separable_conv2d(*args))
+            assert any("separable_small_kernel" in n for n in names), (case, names)
+
+
+@pytest.mark.cuda
 def test_cuda_small_problem_fused_kernel_leaves_large_problems(monkeypatch):
     """The default dispatch gives the small-problem kernel only latency-bound problems: not a batch-32 layer (1.6
     million depthwise outputs), nor a batch-1 layer whose 1x1 is 2^26.8 multiply-adds (ConvNeXt-T 384 -> 1536 at 14x14).

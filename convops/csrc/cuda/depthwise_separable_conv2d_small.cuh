@@ -346,9 +346,10 @@ bool cluster_fits(Kernel<scalar_t> kernel, int ranks, size_t smem) {
   const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), ranks, smem, device);
   if (const auto it = known.find(key); it != known.end()) return it->second;
   bool fits = false;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) ==
-          cudaSuccess) {
+  // The shared-memory allowance goes through allow_dynamic_shared_memory, which only ever raises it: setting it here
+  // directly could lower it under what that function has recorded for a larger problem's later launch.
+  allow_dynamic_shared_memory(kernel, static_cast<int>(smem));
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
     cudaLaunchAttribute cluster;
     const cudaLaunchConfig_t config = cluster_config(dim3(ranks), smem, nullptr, cluster);
     int clusters = 0;
