@@ -154,8 +154,8 @@ __device__ __forceinline__ float round_operand(float x) {
   }
 }
 
-// The output from its fp32 sum and the bias (or nullopt): rounded to the output dtype, then the bias added and rounded
-// again (ATen's add after the convolution; for fp32 both roundings are the one fp32 addition).
+// The output from its fp32 sum and, where has_bias, the bias: rounded to the output dtype, then the bias added and
+// rounded again (ATen's add after the convolution; for fp32 both roundings are the one fp32 addition).
 template <typename scalar_t>
 __device__ __forceinline__ scalar_t finish_output(float sum, bool has_bias, float bias) {
   const scalar_t product = static_cast<scalar_t>(sum);
