@@ -1,6 +1,8 @@
 """convops::depthwise_separable_conv2d against the ATen pair F.conv2d(F.conv2d(x, dw, groups=C_in), pw)."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -421,6 +423,32 @@ def test_cuda_small_problem_fused_kernel_cluster_caps(monkeypatch, ranks, case, 
     assert_close(convops.depthwise_separable_conv2d(*args), expected)
     names = cuda_kernels_run(lambda: convops.depthwise_separable_conv2d(*args))
     assert any("separable_small_kernel" in n for n in names), names
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_small_problem_fused_kernel_odd_offsets_and_padding_tiles(monkeypatch, dtype):
+    """The kernel stages its operands as whole 4-byte words: every operand here is a contiguous view that starts one
+    element into its storage (16-bit spans from the upper half of a word), and padding 4 around a 5x6 image with a
+    3x3 filter gives tiles whose windows lie wholly in the padding above or below the image (no rows to stage)."""
+    monkeypatch.setenv("CONVOPS_SEPARABLE_KERNEL", "small")
+
+    def offset_view(shape):
+        t = make_tensor((1 + math.prod(shape),), dtype, "cuda")[1:]
+        return t.view(shape)
+
+    for c, c_out, h, w, pad in [(37, 19, 7, 9, 1), (16, 8, 5, 6, 4)]:
+        x = offset_view((2, c, h, w))
+        dw, db = offset_view((c, 1, 3, 3)), offset_view((c,))
+        pw, pb = offset_view((c_out, c, 1, 1)), offset_view((c_out,))
+        args = (x, dw, db, pw, pb, [1, 1], [pad, pad], [1, 1])
+        assert x.is_contiguous() and x.storage_offset() == 1
+        with allow_tf32(True):
+            expected = separable_reference(*args)
+            poison_allocator("cuda", expected.numel() * x.element_size())
+            assert_close(convops.depthwise_separable_conv2d(*args), expected)
+            names = cuda_kernels_run(lambda: convops.depthwise_separable_conv2d(*args))
+        assert any("separable_small_kernel" in n for n in names), names
 
 
 @pytest.mark.cuda

@@ -110,12 +110,13 @@ __device__ __forceinline__ int word_shift(const scalar_t* src) {
 // Starts the asynchronous copy of elements [src, src + count) into shared memory at dst as whole 4-byte words, the
 // word that holds src first (so that the span is read back from word_shift(src) on), shared by `lanes` threads of
 // which this is `lane`. With 16-bit elements the first and last words may hold one element outside the span, within
-// the same aligned word of the allocation (CUDA allocations are whole words).
+// the same aligned word of the allocation (CUDA allocations are whole words). An empty span copies nothing: a tile
+// whose windows lie wholly in the padding below the image stages no rows, and its span starts past the plane.
 template <typename scalar_t>
 __device__ __forceinline__ void stage_words(uint32_t* dst, const scalar_t* src, int count, int lane, int lanes) {
   const int shift = word_shift(src);
   const auto* first = reinterpret_cast<const uint32_t*>(src - shift);
-  const int words = ((shift + count) * static_cast<int>(sizeof(scalar_t)) + 3) / 4;
+  const int words = count > 0 ? ((shift + count) * static_cast<int>(sizeof(scalar_t)) + 3) / 4 : 0;
   for (int i = lane; i < words; i += lanes) cp_async_zfill<4>(dst + i, first + i, true);
 }
 
@@ -131,7 +132,7 @@ __device__ __forceinline__ void stage_spans(uint32_t* dst, int spans, const Fast
     const int w = by_pitch.divmod(i, r);
     const scalar_t* span = src(r);
     const int shift = word_shift(span);
-    if (w * 4 < (shift + count) * static_cast<int>(sizeof(scalar_t))) {
+    if (count > 0 && w * 4 < (shift + count) * static_cast<int>(sizeof(scalar_t))) {
       cp_async_zfill<4>(dst + i, reinterpret_cast<const uint32_t*>(span - shift) + w, true);
     }
   }
