@@ -129,6 +129,12 @@ inline std::optional<at::Tensor> contiguous_or_none(const std::optional<at::Tens
   return t.has_value() && t->defined() ? std::optional<at::Tensor>(t->contiguous()) : std::nullopt;
 }
 
+// The data of an optional operand (a bias) for a kernel's parameters, or nullptr where none was passed.
+template <typename scalar_t>
+const scalar_t* optional_data(const std::optional<at::Tensor>& t) {
+  return t.has_value() && t->defined() ? t->const_data_ptr<scalar_t>() : nullptr;
+}
+
 // A sparse operand sends a call to a Sparse* dispatch key, where no convops kernel lives, and PyTorch would answer
 // with its generic "Could not run ... with arguments from the 'SparseCPU' backend" (a NotImplementedError). This one
 // boxed kernel serves every op on those keys and names the offending operand, as check_float_tensor does.

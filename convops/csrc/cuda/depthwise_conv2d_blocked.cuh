@@ -32,6 +32,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "common/checks.h"
 #include "cuda/depthwise_conv2d_launch.cuh"
 #include "cuda/depthwise_conv2d_rows.cuh"
 #include "cuda/device_info.h"
@@ -332,7 +333,7 @@ bool launch_depthwise_blocked(const at::Tensor& input, const at::Tensor& weight,
     blocked::BlockedParams<scalar_t>& p = plan->params;
     p.input = input.const_data_ptr<scalar_t>();
     p.weight = weight.const_data_ptr<scalar_t>();
-    p.bias = bias.has_value() && bias->defined() ? bias->const_data_ptr<scalar_t>() : nullptr;
+    p.bias = optional_data<scalar_t>(bias);
     p.output = output.mutable_data_ptr<scalar_t>();
     switch (d.kernel_h) {
       case 3: blocked::launch_blocked_kernel<scalar_t, 3>(*plan, stream); break;

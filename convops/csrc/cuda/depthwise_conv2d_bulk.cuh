@@ -26,6 +26,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "common/checks.h"
 #include "cuda/bulk_copy.cuh"
 #include "cuda/depthwise_conv2d_rows.cuh"
 #include "cuda/device_info.h"
@@ -207,7 +208,7 @@ bool launch_bulk_kernel(const at::Tensor& input, const at::Tensor& weight, const
   if (blocks >= (int64_t{1} << 31) || smem > 48 * 1024) return false;
   bp.rows.input = input.const_data_ptr<scalar_t>();
   bp.rows.weight = weight.const_data_ptr<scalar_t>();
-  bp.rows.bias = bias.has_value() && bias->defined() ? bias->const_data_ptr<scalar_t>() : nullptr;
+  bp.rows.bias = optional_data<scalar_t>(bias);
   bp.rows.output = output.mutable_data_ptr<scalar_t>();
   kernel<<<static_cast<unsigned>(blocks), (bp.warps + 1) * 32, smem, stream>>>(bp);
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -297,7 +297,7 @@ void launch_tiled(const at::Tensor& input, const at::Tensor& weight, const std::
   CONVOPS_CHECK(kOp, blocks < (int64_t{1} << 31), "the output has too many tiles for one launch: ", output.sizes());
   kernel<<<static_cast<unsigned>(blocks), kThreads, smem_bytes, stream>>>(
       input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-      bias.has_value() && bias->defined() ? bias->const_data_ptr<scalar_t>() : nullptr,
+      optional_data<scalar_t>(bias),
       output.mutable_data_ptr<scalar_t>(), a);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -328,7 +328,7 @@ void depthwise_conv2d_dispatch(const at::Tensor& input, const at::Tensor& weight
     depthwise_conv2d_channels_last_kernel<scalar_t, acc_t>
         <<<static_cast<unsigned>(run_blocks * channel_blocks), kThreads, 0, stream>>>(
             input.const_data_ptr<scalar_t>(), weight_hwc.const_data_ptr<scalar_t>(),
-            bias.has_value() && bias->defined() ? bias->const_data_ptr<scalar_t>() : nullptr,
+            optional_data<scalar_t>(bias),
             output.mutable_data_ptr<scalar_t>(), a, runs, channel_lanes);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
@@ -352,7 +352,7 @@ void depthwise_conv2d_dispatch(const at::Tensor& input, const at::Tensor& weight
   const int64_t blocks = std::min<int64_t>(ceil_div<int64_t>(total, kThreads), int64_t{multiprocessor_count()} * 16);
   depthwise_conv2d_direct_kernel<scalar_t, acc_t><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-      bias.has_value() && bias->defined() ? bias->const_data_ptr<scalar_t>() : nullptr,
+      optional_data<scalar_t>(bias),
       output.mutable_data_ptr<scalar_t>(), a, total);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

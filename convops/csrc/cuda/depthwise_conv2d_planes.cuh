@@ -28,6 +28,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "common/checks.h"
 #include "cuda/depthwise_conv2d_launch.cuh"
 #include "cuda/device_info.h"
 #include "cuda/device_utils.cuh"
@@ -314,7 +315,7 @@ bool launch_depthwise_planes(const at::Tensor& input, const at::Tensor& weight, 
     planes::PlanesParams<scalar_t>& p = *plan;
     p.input = input.const_data_ptr<scalar_t>();
     p.weight = weight.const_data_ptr<scalar_t>();
-    p.bias = bias.has_value() && bias->defined() ? bias->const_data_ptr<scalar_t>() : nullptr;
+    p.bias = optional_data<scalar_t>(bias);
     p.output = output.mutable_data_ptr<scalar_t>();
     const size_t smem = static_cast<size_t>(planes::staged_elements(d, p.planes_per_block, p.band_rows)) *
                         sizeof(scalar_t);

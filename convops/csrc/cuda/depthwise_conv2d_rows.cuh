@@ -35,6 +35,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "common/checks.h"
 #include "cuda/device_info.h"
 #include "depthwise_conv2d.h"
 
@@ -474,7 +475,7 @@ bool launch_rows_kernel(const at::Tensor& input, const at::Tensor& weight, const
   RowsParams<scalar_t>& p = plan->params;
   p.input = input.const_data_ptr<scalar_t>();
   p.weight = weight.const_data_ptr<scalar_t>();
-  p.bias = bias.has_value() && bias->defined() ? bias->const_data_ptr<scalar_t>() : nullptr;
+  p.bias = optional_data<scalar_t>(bias);
   p.output = output.mutable_data_ptr<scalar_t>();
   depthwise_rows_kernel<scalar_t, KH, KW, P0, C::kVec, C::kDepth, C::kMinBlocks>
       <<<plan->blocks, kThreads, 0, stream>>>(p);

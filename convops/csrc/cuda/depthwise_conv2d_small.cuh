@@ -26,6 +26,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "common/checks.h"
 #include "cuda/depthwise_conv2d_launch.cuh"
 #include "depthwise_conv2d.h"
 
@@ -143,7 +144,7 @@ bool launch_depthwise_small(const at::Tensor& input, const at::Tensor& weight, c
     small::SmallParams<scalar_t> p{};
     p.input = input.const_data_ptr<scalar_t>();
     p.weight = weight.const_data_ptr<scalar_t>();
-    p.bias = bias.has_value() && bias->defined() ? bias->const_data_ptr<scalar_t>() : nullptr;
+    p.bias = optional_data<scalar_t>(bias);
     p.output = output.mutable_data_ptr<scalar_t>();
     p.in_h = static_cast<int>(d.in_h);
     p.in_w = static_cast<int>(d.in_w);

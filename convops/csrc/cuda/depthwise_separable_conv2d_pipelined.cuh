@@ -49,6 +49,7 @@
 #include <string>
 #include <type_traits>
 
+#include "common/checks.h"
 #include "cuda/bulk_copy.cuh"
 #include "cuda/device_info.h"
 #include "cuda/device_utils.cuh"
@@ -833,9 +834,9 @@ bool launch_separable_pipelined(const at::Tensor& input, const at::Tensor& dw_we
     Params<scalar_t> p{};
     p.input = input.const_data_ptr<scalar_t>();
     p.dw_weight = dw_weight.const_data_ptr<scalar_t>();
-    p.dw_bias = dw_bias.has_value() && dw_bias->defined() ? dw_bias->const_data_ptr<scalar_t>() : nullptr;
+    p.dw_bias = optional_data<scalar_t>(dw_bias);
     p.pw_weight = pw_weight.const_data_ptr<scalar_t>();
-    p.pw_bias = pw_bias.has_value() && pw_bias->defined() ? pw_bias->const_data_ptr<scalar_t>() : nullptr;
+    p.pw_bias = optional_data<scalar_t>(pw_bias);
     p.output = dry_run ? nullptr : output.mutable_data_ptr<scalar_t>();
     p.in_channels = static_cast<int>(d.in_channels);
     p.multiplier = static_cast<int>(d.multiplier);

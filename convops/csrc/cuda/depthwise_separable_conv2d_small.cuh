@@ -51,6 +51,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "common/checks.h"
 #include "cuda/depthwise_conv2d_launch.cuh"
 #include "cuda/depthwise_conv2d_small.cuh"
 #include "cuda/device_info.h"
@@ -481,9 +482,9 @@ bool launch_separable_small(const at::Tensor& input, const at::Tensor& dw_weight
     Params<scalar_t> p{};
     p.input = input.const_data_ptr<scalar_t>();
     p.dw_weight = dw_weight.const_data_ptr<scalar_t>();
-    p.dw_bias = dw_bias.has_value() && dw_bias->defined() ? dw_bias->const_data_ptr<scalar_t>() : nullptr;
+    p.dw_bias = optional_data<scalar_t>(dw_bias);
     p.pw_weight = pw_weight.const_data_ptr<scalar_t>();
-    p.pw_bias = pw_bias.has_value() && pw_bias->defined() ? pw_bias->const_data_ptr<scalar_t>() : nullptr;
+    p.pw_bias = optional_data<scalar_t>(pw_bias);
     p.output = output.mutable_data_ptr<scalar_t>();
     p.in_h = static_cast<int>(d.in_h);
     p.in_w = static_cast<int>(d.in_w);

@@ -38,6 +38,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "common/checks.h"
 #include "cuda/bulk_copy.cuh"
 #include "cuda/depthwise_separable_conv2d_pipelined.cuh"
 #include "cuda/device_info.h"
@@ -736,9 +737,9 @@ bool launch_separable_streaming(const at::Tensor& input, const at::Tensor& dw_we
     if (d.batch * d.in_channels >= std::numeric_limits<int>::max()) return false;
     Params<scalar_t> p{};
     p.dw_weight = dw_weight.const_data_ptr<scalar_t>();
-    p.dw_bias = dw_bias.has_value() && dw_bias->defined() ? dw_bias->const_data_ptr<scalar_t>() : nullptr;
+    p.dw_bias = optional_data<scalar_t>(dw_bias);
     p.pw_weight = pw_weight.const_data_ptr<scalar_t>();
-    p.pw_bias = pw_bias.has_value() && pw_bias->defined() ? pw_bias->const_data_ptr<scalar_t>() : nullptr;
+    p.pw_bias = optional_data<scalar_t>(pw_bias);
     p.output = dry_run ? nullptr : output.mutable_data_ptr<scalar_t>();
     p.channels = static_cast<int>(d.in_channels);
     p.out_channels = static_cast<int>(pw_weight.size(0));
