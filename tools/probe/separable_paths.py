@@ -9,7 +9,10 @@ kernel start to its last kernel end (each call after do_bench's 256 MB cache flu
 Found (H200, 2026-11-27 07:00 UTC) that eager and the op on the ATen path run the same kernels with the same spans
 (MobileNetV2 c384 b1 tf32 9.66 / 9.66 us), and that the mixed path's NCHW batched GEMM was the slow part of the
 batch-32 bf16 rows (EfficientNet-B0 c1152: 40 us against cuDNN's 15 for the 1x1); those runs were of this
-probe's first draft (same rows and method). Needs a GPU and a CUDA build.
+probe's first draft (same rows and method). And (H200, 2026-11-28 03:2x UTC): ConvNeXt-T c768 batch 1 TF32, whose
+full-run row read 0.90x, is decided as the mixed path with cuDNN's 1x1 and times 26-29 us against eager's 29-36 (the
+GEMM 1x1 would spend 7.5 of its 31 us rounding operands to TF32); MobileNetV2 c144 stride 2 bf16 is decided ATen by
+the 3% margin (convops 9.95 us, aten 10.08), so it ties eager. Needs a GPU and a CUDA build.
 """
 from __future__ import annotations
 
@@ -29,7 +32,8 @@ from bench.timing import MODES  # noqa: E402
 
 ROWS = [("mobilenet_v2/dws_b1_c960_h7_k3_s1_o160", "tf32"), ("mobilenet_v2/dws_b1_c384_h14_k3_s1_o64", "tf32"),
         ("efficientnet_b0/dws_b1_c480_h14_k3_s1_o80", "tf32"), ("mobilenet_v2/dws_b1_c144_h56_k3_s2_o32", "bf16"),
-        ("convnext_t/dws_b32_c768_h7_k7_s1_o3072", "bf16"), ("efficientnet_b0/dws_b32_c1152_h7_k5_s1_o192", "bf16")]
+        ("convnext_t/dws_b32_c768_h7_k7_s1_o3072", "bf16"), ("efficientnet_b0/dws_b32_c1152_h7_k5_s1_o192", "bf16"),
+        ("convnext_t/dws_b1_c768_h7_k7_s1_o3072", "tf32")]
 POLICIES = {"op auto": None, "op aten": "aten", "op convops": "convops"}
 FLUSH = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int, device="cuda")  # do_bench's cache flush
 
