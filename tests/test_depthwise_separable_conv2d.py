@@ -408,16 +408,32 @@ def test_cuda_small_problem_fused_kernel(monkeypatch, case, dtype):
             assert out.is_contiguous()
 
 
+SMALL_PLANS = {
+    # CONVOPS_SMALL_SEPARABLE_RANKS caps the clusters: EfficientNet-B0's 1152 -> 192 layer on clusters of 8 CTAs (the
+    # portable size, the fallback where 16 do not fit), MobileNetV2's 384 -> 64 layer on one CTA a tile (no cluster:
+    # the kernel on GPUs without clusters; its weights still fit in shared memory).
+    "ranks8": (SMALL_CASES[1], {"CONVOPS_SMALL_SEPARABLE_RANKS": "8"}),
+    "ranks1": (SMALL_CASES[0], {"CONVOPS_SMALL_SEPARABLE_RANKS": "1"}),
+    # CONVOPS_SMALL_SEPARABLE_TILE and _CTAS set the tiles and the CTAs aimed at: tiles of 16 and of an odd 3 pixels
+    # that span rows of an odd plane (two images, multiplier 2, stride 2), and clusters as wide as the channels allow.
+    "tile16": (SMALL_CASES[3], {"CONVOPS_SMALL_SEPARABLE_TILE": "16"}),
+    "tile3_ctas1000": (SMALL_CASES[3], {"CONVOPS_SMALL_SEPARABLE_TILE": "3", "CONVOPS_SMALL_SEPARABLE_CTAS": "1000"}),
+    # The 14x14 plane in the tiles of 8 its plan had before it took tiles of 16.
+    "tile8": (SMALL_CASES[0], {"CONVOPS_SMALL_SEPARABLE_TILE": "8"}),
+}
+
+
 @pytest.mark.cuda
-@pytest.mark.parametrize("ranks,case", [("8", SMALL_CASES[1]), ("1", SMALL_CASES[0])], ids=["8", "1"])
+@pytest.mark.parametrize("plan", SMALL_PLANS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cuda_small_problem_fused_kernel_cluster_caps(monkeypatch, ranks, case, dtype):
-    """CONVOPS_SMALL_SEPARABLE_RANKS caps the clusters: EfficientNet-B0's 1152 -> 192 layer on clusters of 8 CTAs
-    (the portable size, the fallback where 16 do not fit), and MobileNetV2's 384 -> 64 layer on one CTA a tile (no
-    cluster: the kernel on GPUs without clusters; its weights still fit in shared memory) match the reference."""
+def test_cuda_small_problem_fused_kernel_plans(monkeypatch, plan, dtype):
+    """The small-problem kernel under other tilings than its own (the tuning switches, read each call) matches the
+    reference: the plans of SMALL_PLANS."""
+    case, switches = SMALL_PLANS[plan]
     args = make_problem(case, dtype, "cuda")
     monkeypatch.setenv("CONVOPS_SEPARABLE_KERNEL", "small")
-    monkeypatch.setenv("CONVOPS_SMALL_SEPARABLE_RANKS", ranks)
+    for name, value in switches.items():
+        monkeypatch.setenv(name, value)
     expected = separable_reference(*args)
     poison_allocator("cuda", expected.numel() * args[0].element_size())
     assert_close(convops.depthwise_separable_conv2d(*args), expected)
@@ -472,11 +488,11 @@ def test_cuda_small_problem_fused_kernel_after_a_smaller_cluster(monkeypatch):
 @pytest.mark.cuda
 def test_cuda_small_problem_fused_kernel_leaves_large_problems(monkeypatch):
     """The default dispatch gives the small-problem kernel only latency-bound problems: not a batch-32 layer (1.6
-    million depthwise outputs), nor a batch-1 layer whose 1x1 is 2^26.8 multiply-adds (ConvNeXt-T 384 -> 1536 at 14x14).
+    million depthwise outputs), nor a batch-1 layer whose 1x1 is 2^26.8 multiply-adds (ConvNeXt-T 768 -> 3072 at 7x7).
     Forced, it computes the batch-32 one (32 images of 25 tiles, one CTA a tile) and declines the other, whose
-    weight slices would not fit in shared memory."""
+    weight slices (3072 couts x 48 channels) would not fit in shared memory."""
     batch32 = (32, 64, 1, 32, 28, 28, (3, 3), (1, 1), (1, 1), (1, 1), True, True)
-    convnext = (1, 384, 1, 1536, 14, 14, (7, 7), (1, 1), (3, 3), (1, 1), True, True)
+    convnext = (1, 768, 1, 3072, 7, 7, (7, 7), (1, 1), (3, 3), (1, 1), True, True)
     for case in (batch32, convnext):
         args = make_problem(case, torch.bfloat16, "cuda")
         names = cuda_kernels_run(lambda: convops.depthwise_separable_conv2d(*args))

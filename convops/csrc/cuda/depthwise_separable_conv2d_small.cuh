@@ -52,6 +52,7 @@
 #include <type_traits>
 
 #include "common/checks.h"
+#include "common/tuning.h"
 #include "cuda/depthwise_conv2d_launch.cuh"
 #include "cuda/depthwise_conv2d_small.cuh"
 #include "cuda/device_info.h"
@@ -344,6 +345,9 @@ bool cluster_fits(Kernel<scalar_t> kernel, int ranks, size_t smem) {
   static std::map<std::tuple<const void*, int, size_t, int>, bool> known;
   int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
+  // A CTA over the shared memory a block may have forms no cluster (and raising the kernel's allowance to it would
+  // fail): the launcher then plans narrower clusters, or declines the problem.
+  if (smem > static_cast<size_t>(max_shared_memory_per_block())) return false;
   const std::lock_guard<std::mutex> lock(mutex);
   const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), ranks, smem, device);
   if (const auto it = known.find(key); it != known.end()) return it->second;
@@ -381,17 +385,33 @@ struct Plan {
   int64_t smem;  // bytes
 };
 
-// Tiles of at most 8 pixels on planes of up to 256 (a 7x7 plane: 7 tiles of 7), else 32; as many slices of the mid
-// channels (one CTA each, a cluster of up to max_ranks) as bring the CTAs to about one per SM, each of at least
-// kMinSlice channels.
+// The most pixels a CTA (CONVOPS_SMALL_SEPARABLE_TILE, read each call, overrides it): 16 on planes of up to 256 where tiles of 16 and
+// the widest clusters still give every SM a CTA (a 14x14 plane: 13 tiles of 16), else 8 (a 7x7 plane: 7 tiles of 7);
+// 32 on larger planes. A CTA stages its slice of the pointwise weights whatever its tile, so fewer, larger tiles read
+// them fewer times: H200, 2026-11-28, do_bench with its L2 flush, the 14x14 layers of EfficientNet-B0 480 -> 80 and
+// MobileNetV2 384 -> 64 in TF32 took 11.97 and 10.98 us in tiles of 16 against 13.92 and 12.16 in tiles of 8 (bf16
+// 11.65 and 11.33 against 12.80 and 11.39), while the 7x7 layers were 13-20% slower in tiles of 13 than of 7
+// (tools/probe/separable_knobs.py small).
+inline int64_t max_tile_pixels(const DepthwiseGeometry& d, int64_t max_ranks) {
+  const int64_t pixels = d.out_h * d.out_w;
+  const int64_t widest = std::max<int64_t>(1, std::min(max_ranks, d.out_channels / kMinSlice));
+  const bool wide_tiles_fill = d.batch * ceil_div(pixels, int64_t{2 * kGroup}) * widest >= multiprocessor_count();
+  const int64_t fallback = pixels > 256 ? 4 * kGroup : wide_tiles_fill ? 2 * kGroup : kGroup;
+  return tuning_value("CONVOPS_SMALL_SEPARABLE_TILE", fallback);
+}
+
+// Tiles of at most max_tile_pixels, of even size; as many slices of the mid channels (one CTA each, a cluster of up
+// to max_ranks) as bring the CTAs to about two per SM (CONVOPS_SMALL_SEPARABLE_CTAS, read each call, overrides the count aimed at),
+// each of at least kMinSlice channels. (About one per SM, as first written, gave the 14x14 layers' 13 tiles clusters
+// of 11 CTAs, 3-10% slower than of 16 in the same measurements.)
 template <typename scalar_t>
 Plan plan(const DepthwiseGeometry& d, int64_t out_channels, int64_t max_ranks) {
   Plan t{};
   const int64_t pixels = d.out_h * d.out_w, k = d.kernel_h, s = d.stride_h;
-  const int64_t max_tile = pixels <= 256 ? kGroup : 4 * kGroup;
-  t.tile = ceil_div(pixels, ceil_div(pixels, max_tile));  // tiles of even size
-  t.tiles = ceil_div(pixels, t.tile);                     // every one with pixels
-  t.ranks = std::clamp<int64_t>(ceil_div<int64_t>(multiprocessor_count(), d.batch * t.tiles), 1, max_ranks);
+  t.tile = ceil_div(pixels, ceil_div(pixels, max_tile_pixels(d, max_ranks)));  // tiles of even size
+  t.tiles = ceil_div(pixels, t.tile);                                           // every one with pixels
+  const int64_t ctas = tuning_value("CONVOPS_SMALL_SEPARABLE_CTAS", 2 * multiprocessor_count());
+  t.ranks = std::clamp<int64_t>(ceil_div<int64_t>(ctas, d.batch * t.tiles), 1, max_ranks);
   t.ranks = std::max<int64_t>(1, std::min(t.ranks, d.out_channels / kMinSlice));
   t.slice = ceil_div(d.out_channels, t.ranks);
   t.ranks = ceil_div(d.out_channels, t.slice);  // no CTA without channels
@@ -422,9 +442,7 @@ Plan plan(const DepthwiseGeometry& d, int64_t out_channels, int64_t max_ranks) {
 
 // Most CTAs a cluster: CONVOPS_SMALL_SEPARABLE_RANKS (read each call, for tuning) or kMaxRanks.
 inline int64_t max_ranks_asked() {
-  const char* env = std::getenv("CONVOPS_SMALL_SEPARABLE_RANKS");
-  const int asked = env != nullptr ? std::atoi(env) : 0;
-  return asked > 0 ? std::min(asked, kMaxRanks) : kMaxRanks;
+  return std::min<int64_t>(tuning_value("CONVOPS_SMALL_SEPARABLE_RANKS", kMaxRanks), kMaxRanks);
 }
 
 }  // namespace separable_small

@@ -39,6 +39,7 @@
 #include <type_traits>
 
 #include "common/checks.h"
+#include "common/tuning.h"
 #include "cuda/bulk_copy.cuh"
 #include "cuda/depthwise_separable_conv2d_pipelined.cuh"
 #include "cuda/device_info.h"
@@ -65,14 +66,16 @@ constexpr int kWarpgroupCouts = 64, kWarpgroupPixels = 64;  // a warpgroup's m64
 constexpr int kAccumulators = kWarpgroupCouts * kWarpgroupPixels / 128;
 constexpr int kMaxChannels = 64;                       // the 1x1's K
 constexpr int kMinCouts = 64;                          // fewer go to the tile kernel (launch_separable_streaming)
-// Each warp stages its part of an output row in its own scratch: 16-bit rows leave as boxes of 8 couts x 128 bytes
-// that the bulk-copy engine stores, both of a row's in the scratch (store_row_boxes); fp32 rows as the warps' own
-// 16-byte stores, through a scratch the size of one box (store_row_vectors; shared memory is full).
-constexpr int kBoxCouts = 8, kBoxRowBytes = 128, kBoxBytes = kBoxCouts * kBoxRowBytes;
+// Each warp stages its part of an output row in its own scratch: 16-bit rows leave as one box of the warp's 16 couts
+// x 128 bytes that the bulk-copy engine stores (store_row_boxes); fp32 rows as the warps' own 16-byte stores,
+// through a scratch of 1 KB (store_row_vectors; shared memory is full).
+constexpr int kBoxRowBytes = 128;
+constexpr int kSwizzleBytes = 8 * kBoxRowBytes;  // the 128-byte swizzle's period: 8 rows of 128 bytes
+constexpr int kBoxCouts = 16;                    // 16-bit output box: the warp's 16 couts x 64 pixels
 template <typename scalar_t>
 constexpr bool kStoresBoxes = sizeof(scalar_t) == 2;
 template <typename scalar_t>
-constexpr int kScratchBytes = (kStoresBoxes<scalar_t> ? 2 : 1) * kBoxBytes;  // a warp's
+constexpr int kScratchBytes = kStoresBoxes<scalar_t> ? kBoxCouts * kBoxRowBytes : kSwizzleBytes;  // a warp's
 constexpr int kRunLength = 8;                          // consecutive depthwise outputs a thread computes
 // Two teams of two warpgroups, one a half of the strip's pixels (the warpgroups' quarters of the product share
 // their pixels): each team computes its half of the depthwise outputs, hands it over at its own named barrier and
@@ -158,7 +161,7 @@ struct Smem {
     ring = 0;
     d = ring + size_t(slots) * RowLayout<scalar_t, KW>::kSlotBytes;
     w = d + OperandLayout<op_t>::kBytesD;
-    scratch = align_to(w + OperandLayout<op_t>::kBytesW, kBoxBytes);  // the boxes' swizzle repeats every 1 KB
+    scratch = align_to(w + OperandLayout<op_t>::kBytesW, kSwizzleBytes);  // the boxes' swizzle repeats every 1 KB
     filters = scratch + kConsumerThreads / 32 * kScratchBytes<scalar_t>;
     pw_b = filters + kMaxChannels * sizeof(FilterRecord<KH, KW>);
     // The pointwise bias table, fp32 only: 16-bit adds the bias in the product (OperandLayout::kBiasChannel).
@@ -422,20 +425,22 @@ __device__ __forceinline__ void store_matrices_x4(uint32_t row_address, uint32_t
                : "memory");
 }
 
-// 16-bit: two boxes (couts 8 half ... + 7 of the warp, its 64 pixels) in the warp's scratch, laid out as the output
-// map's 128-byte swizzle says: 16-byte chunk c of row r at chunk c ^ (address bits 7-9 of the row: r, the boxes
-// being 1 KB aligned), so that the rows of a matrix fall in distinct banks. The fragment is 16 matrices of 8 couts x
-// 8 pixels (box half, pixel chunk j: acc[4 j + 2 half] and the next), so four stmatrix instructions write the two
-// boxes (16 4-byte stores and their addresses took about 100 instructions a warp and row, now about 45).
+// 16-bit: the box of the warp's 16 couts x 64 pixels in its scratch, a 128-byte row a cout, laid out as the output
+// map's 128-byte swizzle says: 16-byte chunk c of row r at chunk c ^ (address bits 7-9 of the row: r % 8, the
+// scratch being 1 KB aligned), so that the rows of a matrix fall in distinct banks. The fragment is 16 matrices of
+// 8 couts x 8 pixels (cout half, pixel chunk j: acc[4 j + 2 half] and the next), so four stmatrix instructions write
+// the box (16 4-byte stores and their addresses took about 100 instructions a warp and row, now about 45), and one
+// bulk store sends it (two boxes of 8 couts each, as first written, measured about 2% slower on the bf16 seed: H200,
+// 2026-11-28, bench/PERF_NOTES.md).
 template <typename scalar_t>
 __device__ __forceinline__ void store_row_boxes(const Params<scalar_t>& p, const OutputRow& row,
                                                 const float (&acc)[kAccumulators], const Quarter& quarter,
                                                 unsigned char* __restrict__ scratch) {
-  static_assert(kStoresBoxes<scalar_t> && kScratchBytes<scalar_t> == 2 * kBoxBytes, "a box a half of the couts");
+  static_assert(kStoresBoxes<scalar_t> && kScratchBytes<scalar_t> == 2 * kSwizzleBytes, "two swizzle periods a box");
   static_assert(kWarpgroupPixels / 8 == 8, "a box row is 8 chunks: two stmatrix.x4 of 4 chunks each");
   const Fragment f(quarter);
   // The lane's row address of chunks 0-3 (matrix m = lane / 8 of the instruction, row r = lane % 8) and of chunks
-  // 4-7 (chunk ^ 4: bit 6 of the address); box 1 lies kBoxBytes on.
+  // 4-7 (chunk ^ 4: bit 6 of the address); the rows of couts 8-15 lie kSwizzleBytes on.
   const uint32_t row_address = shared_address(scratch) + f.lane % 8 * kBoxRowBytes;
   const uint32_t swizzle = (row_address >> 7) & 7;
   const uint32_t low_chunks = row_address + ((f.lane / 8 ^ swizzle) << 4), high_chunks = low_chunks ^ (4u << 4);
@@ -449,18 +454,15 @@ __device__ __forceinline__ void store_row_boxes(const Params<scalar_t>& p, const
   };
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const uint32_t box = half * kBoxBytes;
-    store_matrices_x4(low_chunks + box, pair(0, half), pair(1, half), pair(2, half), pair(3, half));
-    store_matrices_x4(high_chunks + box, pair(4, half), pair(5, half), pair(6, half), pair(7, half));
+    const uint32_t rows = half * kSwizzleBytes;
+    store_matrices_x4(low_chunks + rows, pair(0, half), pair(1, half), pair(2, half), pair(3, half));
+    store_matrices_x4(high_chunks + rows, pair(4, half), pair(5, half), pair(6, half), pair(7, half));
   }
   publish_shared_stores_to_async_proxy();
   __syncwarp();
   if (f.lane == 0) {  // couts past the problem's and columns past the row's are clipped by the map
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      bulk::store_box_from_shared(&p.output_map, row.x0 + quarter.first_pixel, row.y, f.warp_cout + 8 * half,
-                                  static_cast<int>(row.n), scratch + half * kBoxBytes);
-    }
+    bulk::store_box_from_shared(&p.output_map, row.x0 + quarter.first_pixel, row.y, f.warp_cout,
+                                static_cast<int>(row.n), scratch);
     bulk::commit_stores();
   }
 }
@@ -479,7 +481,7 @@ __device__ __forceinline__ void store_row_vectors(const Params<scalar_t>& p, con
                                                   const float (&acc)[kAccumulators], const float* __restrict__ pw_b,
                                                   const Quarter& quarter, unsigned char* __restrict__ scratch) {
   static_assert(!kStoresBoxes<scalar_t> && std::is_same_v<scalar_t, float>, "fp32 rows");
-  constexpr int kScratchRows = kBoxBytes / (kWarpgroupPixels * 4);  // 4
+  constexpr int kScratchRows = kScratchBytes<scalar_t> / (kWarpgroupPixels * 4);  // 4
   constexpr int kRowVectors = kWarpgroupPixels / 4;                 // 16-byte vectors a row: 16
   constexpr int kRowsPerRead = 32 / kRowVectors;                    // rows a warp instruction stores: 2
   static_assert(kScratchRows == 2 * kRowsPerRead, "two reads a round");
@@ -705,17 +707,12 @@ __global__ void __launch_bounds__(kThreads, 1) separable_streaming_kernel(const 
 #endif
 }
 
-// CONVOPS_STREAM_CTAS and CONVOPS_STREAM_SLOTS cap the grid and the ring depth (read once), for tests and tuning.
-inline int env_int(const char* name, int fallback) {
-  const char* env = std::getenv(name);
-  return env != nullptr && std::atoi(env) > 0 ? std::atoi(env) : fallback;
-}
-
 template <typename scalar_t, int KH, int KW, Math kMath>
 bool launch(Params<scalar_t>& p, const scalar_t* input, int64_t batch, int in_w, cudaStream_t stream, bool dry_run) {
   using RL = RowLayout<scalar_t, KW>;
-  // As many slots as fit next to D and the weights, up to 8 (3x3: 4 in fp32, 8 in 16-bit).
-  static const int max_slots = env_int("CONVOPS_STREAM_SLOTS", 8);
+  // As many slots as fit next to D and the weights, up to 8 (3x3: 4 in fp32, 8 in 16-bit); CONVOPS_STREAM_SLOTS
+  // (read once) caps them, as CONVOPS_STREAM_CTAS caps the grid below, for tests and tuning.
+  static const int64_t max_slots = tuning_value("CONVOPS_STREAM_SLOTS", 8);
   const size_t max_smem = max_shared_memory_per_block();
   int slots = KH + 1;
   if (Smem<scalar_t, KH, KW, kMath>(slots).total > max_smem) return false;
@@ -746,10 +743,10 @@ bool launch(Params<scalar_t>& p, const scalar_t* input, int64_t batch, int in_w,
   const auto kernel = separable_streaming_kernel<scalar_t, KH, KW, kMath>;
   const size_t smem = Smem<scalar_t, KH, KW, kMath>(p.slots).total;
   allow_dynamic_shared_memory(kernel, static_cast<int>(smem));
-  static const int max_ctas = env_int("CONVOPS_STREAM_CTAS", std::numeric_limits<int>::max());
+  static const int64_t max_ctas = tuning_value("CONVOPS_STREAM_CTAS", std::numeric_limits<int>::max());
   // Groups of one CTA a strip (Share), as many as fill the SMs (a group at least).
-  const int64_t groups = std::min<int64_t>(p.rows, std::max<int64_t>(1, std::min(multiprocessor_count(), max_ctas) /
-                                                                              p.strips));
+  const int64_t sms = std::min<int64_t>(multiprocessor_count(), max_ctas);
+  const int64_t groups = std::min<int64_t>(p.rows, std::max<int64_t>(1, sms / p.strips));
   const int64_t ctas = groups * p.strips;
   kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
