@@ -624,6 +624,75 @@ def test_cuda_k2_kernel_keeps_nonfinite_values_where_aten_has_them():
     assert_close(y[finite], expected[finite], torch.float32, **tf32_accumulation_tolerance(case, True))
 
 
+# Strict fp32 on CUDA is 3xTF32 on the tensor cores (conv_transpose_tf32x3.cuh): the input and the weight split
+# into copies with three channel blocks each, the input a chunk of images at a time. Its accuracy in every layout,
+# group count and parameter is the sampled grid's and the named cases' (above) at fp32's tolerance.
+TF32X3_SPLIT_KERNEL = "tf32x3::split_kernel<"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cuda_strict_fp32_is_tf32x3_at_fp32_tolerance(layout):
+    """At the L1-65 seed's reduction length (64 channels x 21 taps), the longest the seeds have, strict fp32 runs
+    the split and a TF32 kernel and stays within fp32's tolerance of float64; with TF32 allowed nothing is split."""
+    case = NAMED["seed2d_small"]
+    x, w, b = case.tensors(torch.float32, "cuda", layout)
+    for tf32 in (False, True):
+        with allow_tf32(tf32):
+            ran = cuda_kernels_run(lambda: OPS[2][0](x, w, b, **case.params()))
+        assert any(TF32X3_SPLIT_KERNEL in k for k in ran) == (not tf32), ran
+        assert any("Tf32RoundedSumsMma" in k for k in ran) == (not tf32), ran
+        assert not any("Fma<float>" in k for k in ran), ran
+    poison_allocator("cuda", case.output_numel() * 4)
+    with allow_tf32(False):
+        y = OPS[2][0](x, w, b, **case.params())
+    expected = reference(lambda x, w, b: F.conv_transpose2d(x, w, b, **case.params()), x, w, b)
+    assert_close(y, expected, torch.float32)
+
+
+@pytest.mark.cuda
+def test_cuda_tf32x3_split_keeps_values_near_the_float_max():
+    """An input whose TF32 rounding would overflow (|x| just under FLT_MAX) splits toward zero instead: the result
+    is finite and as accurate as elsewhere, not Inf or NaN."""
+    case = Case(2, 3, 4, (5, 6), (2, 3), (1, 1), (0, 1), (0, 0), (1, 1), bias=False)
+    x, w, _ = case.tensors(torch.float32, "cuda")
+    with torch.no_grad():
+        x.copy_(torch.finfo(torch.float32).max * (1 - x.abs() * 1e-4) * x.sign())  # mantissas that round up
+        w.mul_(1e-3)
+    with allow_tf32(False):
+        y = OPS[2][0](x, w, None, **case.params())
+    expected = reference(lambda x, w: F.conv_transpose2d(x, w, None, **case.params()), x, w)
+    assert torch.isfinite(expected).all() and torch.isfinite(y).all()
+    assert_close(y, expected, torch.float32)
+
+
+_RUN_STRICT_FP32 = """
+import sys, torch, convops
+convops.set_path_policy("convops")
+torch.backends.cudnn.allow_tf32 = False
+x, w, b, params, output_numel = torch.load(sys.argv[1])
+poison = torch.full((output_numel,), float("nan"), device="cuda")  # the output's memory, poisoned
+del poison
+torch.save(convops.conv_transpose3d(x, w, b, **params).cpu(), sys.argv[2])
+"""
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cuda_tf32x3_in_chunks_of_images(tmp_path, layout):
+    """With the split copy's budget at 1 MB (CONVOPS_TF32X3_SCRATCH_MB, read once a process), 5 images of 3 x 208
+    KB copies go as chunks of one (5 chunks): every chunk's output lands on its own images (poisoned beforehand)."""
+    import subprocess
+    import sys
+    case = Case(5, 16, 8, (13, 16, 16), (3, 3, 3), (1, 1, 1), (1, 1, 1), (0, 0, 0), (1, 1, 1))
+    x, w, b = case.tensors(torch.float32, "cuda", layout)
+    torch.save((x, w, b, case.params(), case.output_numel()), tmp_path / "inputs.pt")
+    subprocess.run([sys.executable, "-c", _RUN_STRICT_FP32, str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt")],
+                   env={**os.environ, "CONVOPS_TF32X3_SCRATCH_MB": "1"}, check=True, timeout=300)
+    expected = reference(lambda x, w: F.conv_transpose3d(x, w, b.detach().cpu().double(), **case.params()), x, w)
+    assert_close(torch.load(tmp_path / "out.pt"), expected, torch.float32)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dims", [2, 3])
 def test_unbatched_input(device, dims):
