@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <string>
+#include <cstdlib>
 #include <type_traits>
 #include <vector>
 
@@ -259,7 +261,7 @@ void launch_tensor_core(const ConvTransposeParams& p, const at::Tensor& weight5d
   if (p.cout_g <= 8) return launch<Math, 512, 8>(p, weight5d, tf32);
   if (p.cout_g <= 16) return launch<Math, 512, 16>(p, weight5d, tf32);
   // Rounded sums hold a second set of accumulators, with which 512 x 24 spills (ptxas, 2026-11-28).
-  if (p.cout_g <= 24) return launch<Math, Math::kRoundedSums ? 256 : 512, 24>(p, weight5d, tf32);
+  if (p.cout_g <= 24) return launch<Math, (Math::kRoundedSums || Math::kWindowSums) ? 256 : 512, 24>(p, weight5d, tf32);
   return launch<Math, 256, 32>(p, weight5d, tf32);
 }
 
@@ -440,7 +442,17 @@ bool launch_tf32x3(const char* op, const at::Tensor& input, const at::Tensor& we
     const at::Tensor out5d = output5d.narrow(0, n0, images);
     const ConvTransposeParams p = make_params(op, split5d, weight3, bias, out5d, args);
     // The mma.sync kernel, whose k-step sums are added in fp32: the reduction is 3 x cin_g x taps long.
-    launch_tensor_core<cuda::Tf32RoundedSumsMma>(p, weight3, /*tf32=*/true);
+    const char* variant = std::getenv("CONVOPS_TF32X3_SUMS");  // experiment: step (default), window, none, shift
+    const std::string v = variant ? variant : "step";
+    if (v == "window") {
+      launch_tensor_core<cuda::Tf32WindowSumsMma>(p, weight3, /*tf32=*/true);
+    } else if (v == "none") {
+      launch_tensor_core<cuda::Tf32Mma>(p, weight3, /*tf32=*/true);
+    } else if (v == "shift") {
+      launch_tensor_core_path<cuda::Tf32Mma>(p, split5d, weight3, /*tf32=*/true);
+    } else {
+      launch_tensor_core<cuda::Tf32RoundedSumsMma>(p, weight3, /*tf32=*/true);
+    }
   }
   return true;
 }
