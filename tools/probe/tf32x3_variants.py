@@ -1,5 +1,5 @@
-"""Strict fp32 conv_transpose seeds under each 3xTF32 variant of this branch (CONVOPS_TF32X3_SUMS: step, window,
-none, shift), against eager (cuDNN FFMA): do_bench ms and max |op - eager|. Found (H200, 2026-11-28 ~05:00 UTC):
+"""Strict fp32 conv_transpose seeds under each 3xTF32 variant of this branch (CONVOPS_TF32X3_SUMS: shift-sums (the
+default: the wgmma shift kernel with fp32 k-step sums, not yet run on a GPU), shift, step, window, none), against eager (cuDNN FFMA): do_bench ms and max |op - eager|. Found (H200, 2026-11-28 ~05:00 UTC):
 L1-65 eager 8.10 ms, step 14.05 (err 2.2e-6), window 15.24 (2.2e-6), none 13.03 (2.5e-5), shift 4.11 (2.5e-5);
 L1-70 eager 38.91, step 23.35 (1.9e-6), window 25.17, none 17.40 (2.4e-5), shift 12.69 (2.4e-5).
 
@@ -17,7 +17,7 @@ for name, (x, w, ref_op, op) in cases.items():
     ref = ref_op(x, w)
     scale = ref.abs().max().item()
     print(name, "eager", f"{do_bench(lambda: ref_op(x, w), rep=300):.3f} ms", flush=True)
-    for v in ("step", "window", "none", "shift"):
+    for v in ("shift-sums", "shift", "step", "none"):
         os.environ["CONVOPS_TF32X3_SUMS"] = v
         y = op(x, w)
         err = ((y - ref).abs().max().item())

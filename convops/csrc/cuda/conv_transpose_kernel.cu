@@ -333,7 +333,8 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   p.weight = weight.data_ptr();
 
   // Channel tiles of 64 take the warp-specialized kernel where three stages fit (conv_transpose_shift_gemm_ws.cuh).
-  p.stages = sg::ws_stages(plan, n_tile, kElementBytes, cuda::max_shared_memory_per_block());
+  // (Not with rounded sums: its MMA warpgroups have no registers for a second set of accumulators.)
+  p.stages = Math::kRoundedSums ? 0 : sg::ws_stages(plan, n_tile, kElementBytes, cuda::max_shared_memory_per_block());
   const bool ws = p.stages > 0;
   p.producer_halves = sg::ws_producer_halves(plan);
   const int shared = ws ? sg::ws_epilogue_offset(p) + sg::cout_rows_epilogue_bytes(kElementBytes)
@@ -348,11 +349,15 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   const auto by_order = [&](auto n, auto mb) {
     constexpr int kN = decltype(n)::value, kMB = decltype(mb)::value;
     const auto with = [&](auto quartets) {
-      constexpr bool kQuartets = decltype(quartets)::value;
-      if constexpr (kN == 64) {
-        if (ws) return run(sg::conv_transpose_shift_gemm_ws_kernel<Math, kMB, kQuartets>, sg::kWsThreads);
+      if constexpr (Math::kRoundedSums && kMB > (kN == 24 ? 4 : 2)) {  // choose_plan never picks them
+        TORCH_INTERNAL_ASSERT(false, "shift_gemm: no rounded-sums kernel with ", kMB, " row blocks");
+      } else {
+        constexpr bool kQuartets = decltype(quartets)::value;
+        if constexpr (kN == 64 && !Math::kRoundedSums) {
+          if (ws) return run(sg::conv_transpose_shift_gemm_ws_kernel<Math, kMB, kQuartets>, sg::kWsThreads);
+        }
+        run(sg::conv_transpose_shift_gemm_kernel<Math, kN, kMB, kQuartets>, sg::kThreads);
       }
-      run(sg::conv_transpose_shift_gemm_kernel<Math, kN, kMB, kQuartets>, sg::kThreads);
     };
     if constexpr (Math::kChannelsPerWord == 2) {
       if (plan.quartets) return with(std::true_type{});
@@ -379,7 +384,8 @@ void launch_tensor_core_path(const ConvTransposeParams& p, const at::Tensor& inp
                              bool tf32) {
   int64_t sizes[5];
   for (int i = 0; i < 5; ++i) sizes[i] = input5d.size(i);
-  if (const auto plan = cuda::shift_gemm::applies(p, static_cast<int>(sizeof(typename Math::Input)), sizes)) {
+  if (const auto plan =
+          cuda::shift_gemm::applies(p, static_cast<int>(sizeof(typename Math::Input)), sizes, Math::kRoundedSums)) {
     return launch_shift_gemm<Math>(p, weight5d, tf32, *plan);
   }
   launch_tensor_core<Math>(p, weight5d, tf32);
@@ -442,15 +448,18 @@ bool launch_tf32x3(const char* op, const at::Tensor& input, const at::Tensor& we
     const at::Tensor out5d = output5d.narrow(0, n0, images);
     const ConvTransposeParams p = make_params(op, split5d, weight3, bias, out5d, args);
     // The mma.sync kernel, whose k-step sums are added in fp32: the reduction is 3 x cin_g x taps long.
-    const char* variant = std::getenv("CONVOPS_TF32X3_SUMS");  // experiment: step (default), window, none, shift
-    const std::string v = variant ? variant : "step";
-    if (v == "window") {
+    // experiment: shift-sums (default), step, window, none, shift
+    const char* variant = std::getenv("CONVOPS_TF32X3_SUMS");
+    const std::string v = variant ? variant : "shift-sums";
+    if (v == "shift-sums") {
+      launch_tensor_core_path<cuda::Tf32RoundedSumsMma>(p, split5d, weight3, /*tf32=*/true);
+    } else if (v == "window") {
       launch_tensor_core<cuda::Tf32WindowSumsMma>(p, weight3, /*tf32=*/true);
     } else if (v == "none") {
       launch_tensor_core<cuda::Tf32Mma>(p, weight3, /*tf32=*/true);
     } else if (v == "shift") {
       launch_tensor_core_path<cuda::Tf32Mma>(p, split5d, weight3, /*tf32=*/true);
-    } else {
+    } else {  // step
       launch_tensor_core<cuda::Tf32RoundedSumsMma>(p, weight3, /*tf32=*/true);
     }
   }
