@@ -434,11 +434,16 @@ ConvTransposeParams make_params(const char* op, const at::Tensor& input5d, const
 }
 
 // Strict fp32 as 3xTF32 on the tensor cores (conv_transpose_tf32x3.cuh), a chunk of images at a time, each chunk's
-// input split into a scratch copy. False (nothing run) where even one image's copy would pass int indexing.
+// input split into a scratch copy. False (nothing run) where one image's copy or the weight's would pass int
+// indexing, or the tripled channels the kernels' parameters (make_params).
 bool launch_tf32x3(const char* op, const at::Tensor& input, const at::Tensor& weight5d, const at::Tensor& bias,
                    const at::Tensor& output5d, const ConvTransposeArgs& args) {
   namespace x3 = cuda::tf32x3;
-  if (!x3::fits(input, 1)) return false;
+  const int64_t weight_numel = weight5d.numel();
+  if (!x3::fits(input, 1) || 3 * weight_numel >= std::numeric_limits<int>::max() ||
+      3 * (input.size(1) / args.groups) > std::numeric_limits<int>::max() / 4) {
+    return false;
+  }
   const at::Tensor weight3 = x3::split_weight(weight5d, args.groups);
   const int64_t batch = input.size(0), chunk = x3::chunk_batch(input);
   for (int64_t n0 = 0; n0 < batch; n0 += chunk) {

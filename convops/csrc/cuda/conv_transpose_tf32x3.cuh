@@ -1,8 +1,8 @@
 // Strict fp32 conv_transpose on the TF32 tensor cores, as 3xTF32: x * w = xh * wh + xh * wl + xl * wh + xl * wl,
 // where xh = x rounded to TF32 and xl = x - xh (exact in fp32), and likewise for w; the dropped xl * wl is below
 // 2^-22 of the product, what fp32's own rounding loses. The three products are one convolution with three times the
-// input channels, each group's channels in three blocks, which the mma.sync kernel sums in one pass
-// (conv_transpose_kernel.cu, launch_tf32x3):
+// input channels, each group's channels in three blocks, which one TF32 kernel sums in one pass (the shift kernel
+// where it applies, else the mma.sync one; conv_transpose_kernel.cu, launch_tf32x3):
 //
 //   input  per group [xh | xh' | xl]     (xh' = xh where x is finite, else 0)
 //   weight per group [wh | wl  | wh']    (wl, wh' = 0 where w is non-finite)
@@ -11,8 +11,10 @@
 // path's handling of non-finite inputs and weights (conv_transpose_nonfinite.cuh) serves this one unchanged, and
 // blocks 1 and 2 never make an Inf * 0. The kernel adds each k-step's products in fp32 with rounding to nearest
 // (Tf32RoundedSumsMma): summed by the tensor cores alone, which truncate, 3xTF32 missed fp32's tolerance over
-// reductions of a few thousand terms. One case differs from fp32 in kind: a value below 2^-136 in magnitude rounds
-// to 0 in TF32, so Inf times it is NaN where fp32 has +-Inf.
+// reductions of a few thousand terms. Two cases differ from fp32 in kind: a value below about 2^-137 in magnitude
+// rounds to 0 in TF32, so Inf times it is NaN where fp32 has +-Inf; and a product past FLT_MAX in magnitude (|x w|
+// above about 2^11 FLT_MAX) overflows in xh * wh while xh * wl or xl * wh may overflow with the other sign, NaN where
+// fp32 has +-Inf.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -100,15 +102,17 @@ __global__ void split_kernel(const SplitParams p) {
   }
 }
 
-// Whether `images` images of `input` (any rank) can be split: the split copy indexed in int.
+// Whether `images` images of `input` (any rank; a weight is one image) can be split: the split copy indexed in int.
 inline bool fits(const at::Tensor& input, int64_t images) {
   return 3 * images * (input.numel() / input.size(0)) < std::numeric_limits<int>::max();
 }
 
-// Images per split: as many as keep the split copy within scratch_bytes() (at least one), in chunks of equal size.
+// Images per split: as many as keep the split copy within scratch_bytes() and int indexing (at least one, which
+// needs fits(input, 1)), in chunks of equal size.
 inline int64_t chunk_batch(const at::Tensor& input) {
-  const int64_t n = input.size(0), image_bytes = 3 * (input.numel() / n) * int64_t{sizeof(float)};
-  const int64_t most = std::max<int64_t>(1, scratch_bytes() / image_bytes);
+  const int64_t n = input.size(0), image = input.numel() / n, image_bytes = 3 * image * int64_t{sizeof(float)};
+  const int64_t most = std::max<int64_t>(
+      1, std::min(scratch_bytes() / image_bytes, (int64_t{std::numeric_limits<int>::max()} - 1) / (3 * image)));
   const int64_t chunks = (n + most - 1) / most;
   return (n + chunks - 1) / chunks;
 }
@@ -117,6 +121,7 @@ inline int64_t chunk_batch(const at::Tensor& input) {
 // channels in the three blocks `kBlocks` orders. One launch, no host synchronisation. Needs fits(t, N).
 template <Blocks kBlocks>
 at::Tensor split_channels(const at::Tensor& t, int64_t groups, at::MemoryFormat format) {
+  TORCH_INTERNAL_ASSERT(t.size(0) == 0 || fits(t, t.size(0)), "tf32x3::split_channels: past int indexing");
   const at::Tensor x = t.contiguous(format);
   std::vector<int64_t> sizes = x.sizes().vec();
   const int64_t channels = sizes[1], cin_g = channels / groups, inner = x.numel() / (sizes[0] * channels);
