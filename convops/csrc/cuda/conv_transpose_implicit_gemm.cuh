@@ -108,14 +108,12 @@ struct MmaTile {
     if constexpr (kN > 0) n = kN;
     const uint32_t* a_rows = brick + t * plane + offset + a_lane;
     const uint32_t* b_rows = weights + g * 8 + 2 * t;  // channel g, words t and t + 4
-    float window[MT][NT][4];
-    if constexpr (Math::kWindowSums) zero_sums(window);
 #pragma unroll 1  // one k-step already holds n x MT x NT independent mma; unrolling more only adds registers
     for (int k = 0; k < chunk; k += 8) {
       // Math::kRoundedSums: this k-step's products go to sums of their own (conv_transpose_math.cuh).
       float step[MT][NT][4];
       if constexpr (Math::kRoundedSums) zero_sums(step);
-      float(&sums)[MT][NT][4] = Math::kRoundedSums ? step : (Math::kWindowSums ? window : acc);
+      float(&sums)[MT][NT][4] = Math::kRoundedSums ? step : acc;
       // The window's half-fragments first (all loads in flight together), then one B fragment at a time.
       const uint32_t* a_lo = a_rows + k * plane;
       const uint32_t* a_hi = a_lo + 4 * plane;
@@ -150,14 +148,6 @@ struct MmaTile {
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[mt][nt][i] += step[mt][nt][i];
       }
-    }
-    if constexpr (Math::kWindowSums) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) acc[mt][nt][i] += window[mt][nt][i];
     }
   }
 

@@ -2,7 +2,8 @@
 // call into the layout the kernel reads, picks the precision policy and the tiling, and launches
 // conv_transpose_kernel (conv_transpose_implicit_gemm.cuh), then the correction for non-finite weight taps
 // (conv_transpose_nonfinite.cuh). 2-D calls run as 3-D with depth 1. Problems whose kernel equals their stride run
-// as one GEMM and a pixel shuffle instead (conv_transpose_gemm.cuh).
+// as one GEMM and a pixel shuffle instead (conv_transpose_gemm.cuh). Strict fp32 runs as 3xTF32 on the tensor cores
+// (conv_transpose_tf32x3.cuh, launch_tf32x3), or on FFMA where its split copy would pass int indexing.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -13,8 +14,6 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
-#include <string>
-#include <cstdlib>
 #include <type_traits>
 #include <vector>
 
@@ -261,7 +260,7 @@ void launch_tensor_core(const ConvTransposeParams& p, const at::Tensor& weight5d
   if (p.cout_g <= 8) return launch<Math, 512, 8>(p, weight5d, tf32);
   if (p.cout_g <= 16) return launch<Math, 512, 16>(p, weight5d, tf32);
   // Rounded sums hold a second set of accumulators, with which 512 x 24 spills (ptxas, 2026-11-28).
-  if (p.cout_g <= 24) return launch<Math, (Math::kRoundedSums || Math::kWindowSums) ? 256 : 512, 24>(p, weight5d, tf32);
+  if (p.cout_g <= 24) return launch<Math, Math::kRoundedSums ? 256 : 512, 24>(p, weight5d, tf32);
   return launch<Math, 256, 32>(p, weight5d, tf32);
 }
 
@@ -452,21 +451,12 @@ bool launch_tf32x3(const char* op, const at::Tensor& input, const at::Tensor& we
     const at::Tensor split5d = args.spatial_dims == 2 ? split.unsqueeze(2) : split;
     const at::Tensor out5d = output5d.narrow(0, n0, images);
     const ConvTransposeParams p = make_params(op, split5d, weight3, bias, out5d, args);
-    // The mma.sync kernel, whose k-step sums are added in fp32: the reduction is 3 x cin_g x taps long.
-    // experiment: shift-sums (default), step, window, none, shift
-    const char* variant = std::getenv("CONVOPS_TF32X3_SUMS");
-    const std::string v = variant ? variant : "shift-sums";
-    if (v == "shift-sums") {
-      launch_tensor_core_path<cuda::Tf32RoundedSumsMma>(p, split5d, weight3, /*tf32=*/true);
-    } else if (v == "window") {
-      launch_tensor_core<cuda::Tf32WindowSumsMma>(p, weight3, /*tf32=*/true);
-    } else if (v == "none") {
-      launch_tensor_core<cuda::Tf32Mma>(p, weight3, /*tf32=*/true);
-    } else if (v == "shift") {
-      launch_tensor_core_path<cuda::Tf32Mma>(p, split5d, weight3, /*tf32=*/true);
-    } else {  // step
-      launch_tensor_core<cuda::Tf32RoundedSumsMma>(p, weight3, /*tf32=*/true);
-    }
+    // The reduction is 3 x cin_g x taps long, so each k-step's products are added in fp32 (Tf32RoundedSumsMma): on
+    // the shift kernel where it applies (the split copy is dense, so every stride-1 problem of one group in NCHW),
+    // else on the mma.sync kernel. Measured against the variants without the fp32 sums or on the mma.sync kernel
+    // alone (H200, 2026-11-28, bench/PERF_NOTES.md: L1-65 5.97 ms and 1.2e-6 from eager, against 4.11 ms and 2.5e-5
+    // past fp32's tolerance without the sums, 14.05 ms on the mma.sync kernel).
+    launch_tensor_core_path<cuda::Tf32RoundedSumsMma>(p, split5d, weight3, /*tf32=*/true);
   }
   return true;
 }

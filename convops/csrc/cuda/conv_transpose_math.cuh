@@ -26,7 +26,6 @@ struct Tf32Mma {
   static constexpr bool kAsyncBrick = true;  // copied as raw fp32 with cp.async, then RN-rounded in place
   static constexpr bool kRoundBrick = true;
   static constexpr bool kRoundedSums = false;
-  static constexpr bool kWindowSums = false;
   __device__ static Word word(const Input* lo, const Input* /*hi*/) { return lo ? tf32_bits(__ldg(lo)) : 0u; }
   __device__ static void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
     mma_m16n8k8_tf32(d, a, b);
@@ -43,11 +42,6 @@ struct Tf32RoundedSumsMma : Tf32Mma {
   static constexpr bool kRoundedSums = true;
 };
 
-// Experiment: the same with the sums restarted once a window call (a chunk of channels x up to 3 taps).
-struct Tf32WindowSumsMma : Tf32Mma {
-  static constexpr bool kWindowSums = true;
-};
-
 template <typename Half>
 struct HalfMmaBase {
   using Input = Half;
@@ -59,7 +53,6 @@ struct HalfMmaBase {
   static constexpr bool kAsyncBrick = false;
   static constexpr bool kRoundBrick = false;
   static constexpr bool kRoundedSums = false;
-  static constexpr bool kWindowSums = false;
   // The lower channel goes to the low half, as the m16n8k16 fragments expect.
   __device__ static Word word(const Input* lo, const Input* hi) {
     const uint32_t l = lo ? *reinterpret_cast<const unsigned short*>(lo) : 0u;
