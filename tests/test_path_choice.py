@@ -223,8 +223,9 @@ def test_cuda_separable_times_its_mixed_path_where_the_fused_kernel_applies(dtyp
     assert len(choices) == 2, convops.path_choices()
     with_mixed = [c for c in choices if c.mixed_ms is not None]
     assert len(with_mixed) == 1 and with_mixed[0].mixed_ms > 0, choices
-    assert with_mixed[0].path == min((("convops", with_mixed[0].convops_ms), ("mixed", with_mixed[0].mixed_ms)),
-                                     key=lambda p: p[1])[0] or with_mixed[0].path == "aten", choices
+    # The mixed path needs a 3% lead over the fused kernel (path_choice.cu, kMixedMargin).
+    c = with_mixed[0]
+    assert c.path == ("mixed" if c.mixed_ms < 0.97 * c.convops_ms else "convops") or c.path == "aten", choices
 
 
 @pytest.mark.cuda
