@@ -414,12 +414,14 @@ SMALL_PLANS = {
     # the kernel on GPUs without clusters; its weights still fit in shared memory).
     "ranks8": (SMALL_CASES[1], {"CONVOPS_SMALL_SEPARABLE_RANKS": "8"}),
     "ranks1": (SMALL_CASES[0], {"CONVOPS_SMALL_SEPARABLE_RANKS": "1"}),
-    # CONVOPS_SMALL_SEPARABLE_TILE and _CTAS set the tiles and the CTAs aimed at: tiles of 16 and of an odd 3 pixels
-    # that span rows of an odd plane (two images, multiplier 2, stride 2), and clusters as wide as the channels allow.
-    "tile16": (SMALL_CASES[3], {"CONVOPS_SMALL_SEPARABLE_TILE": "16"}),
-    "tile3_ctas1000": (SMALL_CASES[3], {"CONVOPS_SMALL_SEPARABLE_TILE": "3", "CONVOPS_SMALL_SEPARABLE_CTAS": "1000"}),
-    # The 14x14 plane in the tiles of 8 its plan had before it took tiles of 16.
+    # CONVOPS_SMALL_SEPARABLE_TILE caps the pixels a CTA: two tiles of 15 and ten of an odd 3 pixels that span rows
+    # of an odd 6x5 output plane (two images, multiplier 2, stride 2; clusters of 4, as wide as 74 channels allow).
+    "tile15": (SMALL_CASES[3], {"CONVOPS_SMALL_SEPARABLE_TILE": "16"}),
+    "tile3": (SMALL_CASES[3], {"CONVOPS_SMALL_SEPARABLE_TILE": "3"}),
+    # The 14x14 plane in tiles of 8 (its plan before it took tiles of 16; clusters of 11 CTAs now, 6 then) and, with
+    # CONVOPS_SMALL_SEPARABLE_CTAS aiming at 40 CTAs, its 13 tiles of 16 in clusters of 4 (96 channels a CTA).
     "tile8": (SMALL_CASES[0], {"CONVOPS_SMALL_SEPARABLE_TILE": "8"}),
+    "ctas40": (SMALL_CASES[0], {"CONVOPS_SMALL_SEPARABLE_CTAS": "40"}),
 }
 
 

@@ -140,7 +140,7 @@ struct Params {
   int slots;                               // ring slots (at least KH + 1)
   uint32_t row_bytes;                      // bytes of one input row's box
   CUtensorMap input_map;                   // the input as (W, H, N * C), boxes of kSlotCols x 1 x C
-  CUtensorMap output_map;                  // 16-bit: the output as (W, H, C, N), swizzled boxes of 128 B x 1 x 8
+  CUtensorMap output_map;                  // 16-bit: the output as (W, H, C, N), swizzled boxes of 128 B x 1 x 16
 };
 
 // A channel's depthwise filter and bias in shared memory, padded to whole 16-byte vectors: a thread loads them with
@@ -404,8 +404,8 @@ struct OutputRow {
 // writes 8 couts' rows 32 bytes (fp32) or 16 bytes (16-bit: half sectors) apart, and those stores, not the bytes,
 // limited the kernel (seed, H200: 1.08 ms in TF32 and 1.07 in bf16 with them, 0.69 / 0.56 without). So each warp
 // passes its rows through its scratch in shared memory, and they leave in whole 128-byte lines:
-//   - 16-bit (store_row_boxes): in boxes of 8 couts x 64 pixels that the bulk-copy engine stores (0.644 ms in bf16
-//     against 0.756 for the vectors below, H200);
+//   - 16-bit (store_row_boxes): in a box of the warp's 16 couts x 64 pixels that the bulk-copy engine stores (as
+//     two boxes of 8 couts, 0.644 ms in bf16 against 0.756 for the vectors below, H200);
 //   - fp32 (store_row_vectors): as 16-byte vectors of the warp's own stores. fp32's scratch holds one box (shared
 //     memory is full), and boxes stored one after another through it took TF32 from 1.035 to 1.052 ms.
 struct Fragment {
