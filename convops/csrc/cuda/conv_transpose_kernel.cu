@@ -452,10 +452,11 @@ bool launch_tf32x3(const char* op, const at::Tensor& input, const at::Tensor& we
     const at::Tensor out5d = output5d.narrow(0, n0, images);
     const ConvTransposeParams p = make_params(op, split5d, weight3, bias, out5d, args);
     // The reduction is 3 x cin_g x taps long, so each k-step's products are added in fp32 (Tf32RoundedSumsMma): on
-    // the shift kernel where it applies (the split copy is dense, so every stride-1 problem of one group in NCHW),
-    // else on the mma.sync kernel. Measured against the variants without the fp32 sums or on the mma.sync kernel
-    // alone (H200, 2026-11-28, bench/PERF_NOTES.md: L1-65 5.97 ms and 1.2e-6 from eager, against 4.11 ms and 2.5e-5
-    // past fp32's tolerance without the sums, 14.05 ms on the mma.sync kernel).
+    // the shift kernel where it applies (the split copy is dense: every stride-1 problem of one group whose input is
+    // NCHW with rows of a multiple of 4 columns), else on the mma.sync kernel. Measured against the variants without
+    // the fp32 sums or on the mma.sync kernel alone (H200, 2026-11-28, bench/PERF_NOTES.md: L1-65 5.97 ms and 1.2e-6
+    // from eager, against 4.11 ms and 2.5e-5 past fp32's tolerance without the sums, 14.05 ms on the mma.sync
+    // kernel). Each chunk prepares the split weight for its kernel anew (4 times on the L1-70 seed; not measured).
     launch_tensor_core_path<cuda::Tf32RoundedSumsMma>(p, split5d, weight3, /*tf32=*/true);
   }
   return true;

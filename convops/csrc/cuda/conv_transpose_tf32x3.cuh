@@ -14,7 +14,8 @@
 // reductions of a few thousand terms. Two cases differ from fp32 in kind: a value below about 2^-137 in magnitude
 // rounds to 0 in TF32, so Inf times it is NaN where fp32 has +-Inf; and a product past FLT_MAX in magnitude (|x w|
 // above about 2^11 FLT_MAX) overflows in xh * wh while xh * wl or xl * wh may overflow with the other sign, NaN where
-// fp32 has +-Inf.
+// fp32 has +-Inf; and since xh and wh are rounded to nearest, |xh wh| can exceed |x w| by about 2^-11 of it, so a
+// finite product within about that of FLT_MAX can come out Inf.
 #pragma once
 
 #include <ATen/ATen.h>
