@@ -385,13 +385,13 @@ struct Plan {
   int64_t smem;  // bytes
 };
 
-// The most pixels a CTA (CONVOPS_SMALL_SEPARABLE_TILE, read each call, overrides it): 16 on planes of up to 256 where tiles of 16 and
-// the widest clusters still give every SM a CTA (a 14x14 plane: 13 tiles of 16), else 8 (a 7x7 plane: 7 tiles of 7);
-// 32 on larger planes. A CTA stages its slice of the pointwise weights whatever its tile, so fewer, larger tiles read
-// them fewer times: H200, 2026-11-28, do_bench with its L2 flush, the 14x14 layers of EfficientNet-B0 480 -> 80 and
-// MobileNetV2 384 -> 64 in TF32 took 11.97 and 10.98 us in tiles of 16 against 13.92 and 12.16 in tiles of 8 (bf16
-// 11.65 and 11.33 against 12.80 and 11.39), while the 7x7 layers were 13-20% slower in tiles of 13 than of 7
-// (tools/probe/separable_knobs.py small).
+// The most pixels a CTA (CONVOPS_SMALL_SEPARABLE_TILE, read each call, overrides it): 16 on planes of up to 256
+// where tiles of 16 and the widest clusters still give every SM a CTA (a 14x14 plane: 13 tiles of 16), else 8 (a 7x7
+// plane: 7 tiles of 7); 32 on larger planes. A CTA stages its slice of the pointwise weights whatever its tile, so
+// fewer, larger tiles read them fewer times: H200, 2026-11-28, do_bench with its L2 flush, the 14x14 layers of
+// EfficientNet-B0 480 -> 80 and MobileNetV2 384 -> 64 in TF32 took 11.97 and 10.98 us in tiles of 16 against 13.92
+// and 12.16 in tiles of 8 (bf16 11.65 and 11.33 against 12.80 and 11.39), while the 7x7 layers were 13-20% slower in
+// tiles of 13 than of 7 (tools/probe/separable_knobs.py).
 inline int64_t max_tile_pixels(const DepthwiseGeometry& d, int64_t max_ranks) {
   const int64_t pixels = d.out_h * d.out_w;
   const int64_t widest = std::max<int64_t>(1, std::min(max_ranks, d.out_channels / kMinSlice));
@@ -401,9 +401,9 @@ inline int64_t max_tile_pixels(const DepthwiseGeometry& d, int64_t max_ranks) {
 }
 
 // Tiles of at most max_tile_pixels, of even size; as many slices of the mid channels (one CTA each, a cluster of up
-// to max_ranks) as bring the CTAs to about two per SM (CONVOPS_SMALL_SEPARABLE_CTAS, read each call, overrides the count aimed at),
-// each of at least kMinSlice channels. (About one per SM, as first written, gave the 14x14 layers' 13 tiles clusters
-// of 11 CTAs, 3-10% slower than of 16 in the same measurements.)
+// to max_ranks) as bring the CTAs to about two per SM (CONVOPS_SMALL_SEPARABLE_CTAS, read each call, overrides the
+// count aimed at), each of at least kMinSlice channels. (About one per SM, as first written, gave the 14x14 layers'
+// 13 tiles clusters of 11 CTAs, 3-10% slower than of 16 in the same measurements.)
 template <typename scalar_t>
 Plan plan(const DepthwiseGeometry& d, int64_t out_channels, int64_t max_ranks) {
   Plan t{};

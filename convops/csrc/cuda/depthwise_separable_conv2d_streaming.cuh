@@ -430,8 +430,8 @@ __device__ __forceinline__ void store_matrices_x4(uint32_t row_address, uint32_t
 // scratch being 1 KB aligned), so that the rows of a matrix fall in distinct banks. The fragment is 16 matrices of
 // 8 couts x 8 pixels (cout half, pixel chunk j: acc[4 j + 2 half] and the next), so four stmatrix instructions write
 // the box (16 4-byte stores and their addresses took about 100 instructions a warp and row, now about 45), and one
-// bulk store sends it (two boxes of 8 couts each, as first written, measured about 2% slower on the bf16 seed: H200,
-// 2026-11-28, bench/PERF_NOTES.md).
+// bulk store sends it (two boxes of 8 couts each, as first written, timed about 2% slower in an alternating A/B on
+// the bf16 seed, though a bench run then showed no difference: H200, 2026-11-28, bench/PERF_NOTES.md).
 template <typename scalar_t>
 __device__ __forceinline__ void store_row_boxes(const Params<scalar_t>& p, const OutputRow& row,
                                                 const float (&acc)[kAccumulators], const Quarter& quarter,
