@@ -24,10 +24,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <vector>
 
+#include "common/tuning.h"
 #include "cuda/device_info.h"
 #include "cuda/device_utils.cuh"
 
@@ -38,11 +38,7 @@ namespace tf32x3 {
 // The split copy of the input is three times its size: batches are split so that one copy stays within 1 GiB (the
 // L1-70 seed: 4 chunks of 2 images), or CONVOPS_TF32X3_SCRATCH_MB (read once; for tests).
 inline int64_t scratch_bytes() {
-  static const int64_t bytes = [] {
-    const char* env = std::getenv("CONVOPS_TF32X3_SCRATCH_MB");
-    const int64_t mb = env != nullptr ? std::atoll(env) : 0;
-    return (mb > 0 ? mb : 1024) << 20;
-  }();
+  static const int64_t bytes = tuning_value("CONVOPS_TF32X3_SCRATCH_MB", 1024) << 20;
   return bytes;
 }
 
