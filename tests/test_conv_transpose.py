@@ -104,7 +104,8 @@ def sampled_grid(device: str):
 
 def tf32_accumulation_tolerance(case: Case, tf32: bool) -> dict:
     """TF32 tensor cores (ours and cuDNN's alike) add in fp32 with truncation, so their error grows with the
-    reduction length K = C_in/groups x taps; strict fp32 (FFMA, round-to-nearest) keeps the default tolerance."""
+    reduction length K = C_in/groups x taps; strict fp32 (on CUDA 3xTF32 with each k-step's sums added in fp32,
+    or FFMA; round-to-nearest either way) keeps the default tolerance."""
     if not tf32:
         return {}
     k = case.in_channels * torch.Size(case.kernel).numel()
@@ -260,18 +261,22 @@ def test_stride_one_matches_aten(device, name, layout, dtype):
 
 
 def takes_shift_kernel(case: Case, x: torch.Tensor, tf32: bool) -> bool:
-    """Whether CUDA runs the wgmma shift kernel (shift_gemm::applies): stride 1, dilation 1, one group, TF32 or
-    16-bit, compute capability 9.0, and rows that load as 4-column vectors (shift_gemm::vectors_fit: contiguous rows,
-    the other strides multiples of 4, the data aligned to the vector). (No case here has a 1 x 1 .. kernel, which
-    the GEMM path takes.)"""
+    """Whether CUDA runs the wgmma shift kernel (shift_gemm::applies): stride 1, dilation 1, one group, compute
+    capability 9.0, and rows that load as 4-column vectors (shift_gemm::vectors_fit: contiguous rows, the other
+    strides multiples of 4, the data aligned to the vector). TF32 and 16-bit load x itself; strict fp32 (3xTF32)
+    loads x's split copy, dense in x's suggested memory format. (No case here has a 1 x 1 .. kernel, which the GEMM
+    path takes.)"""
     eligible = (all(s == 1 for s in case.stride) and all(d == 1 for d in case.dilation) and case.groups == 1
-                and torch.cuda.get_device_capability() == (9, 0))
-    mode = (x.dtype == torch.float32 and tf32) or x.dtype in (torch.bfloat16, torch.float16)
+                and torch.cuda.get_device_capability() == (9, 0)
+                and x.dtype in (torch.float32, torch.bfloat16, torch.float16))  # fp64 runs FFMA
+    if x.dtype == torch.float32 and not tf32:
+        fmt = torch._prims_common.suggest_memory_format(x)
+        x = torch.empty((x.shape[0], 3 * x.shape[1], *x.shape[2:]), device=x.device).contiguous(memory_format=fmt)
     sizes, strides = x.shape, x.stride()
     rows = strides[-1] == 1 or sizes[-1] == 1
     aligned = (x.data_ptr() % (4 * x.element_size()) == 0
                and all(st % 4 == 0 for sz, st in zip(sizes[:-1], strides[:-1]) if sz > 1))
-    return eligible and mode and rows and aligned
+    return eligible and rows and aligned
 
 
 # The shift kernel and, for channel tiles of 64, its warp-specialized form (conv_transpose_shift_gemm_ws.cuh).
@@ -330,16 +335,21 @@ def test_cuda_stride_one_runs_the_shift_kernel(name, layout, dtype, tf32):
 @pytest.mark.parametrize("view", ["channel_slice", "offset_by_one"])
 def test_stride_one_views(device, dtype, view):
     """A channel slice of a wider input keeps rows that load as vectors (the shift kernel runs on CUDA); a view one
-    element into its storage does not (misaligned vectors: the mma.sync kernel runs). Both match ATen."""
+    element into its storage does not (misaligned vectors: the mma.sync kernel runs), except in strict fp32, which
+    loads a dense split copy. Both match ATen."""
     case = Case(2, 6, 5, (5, 12), (3, 3), (1, 1), (1, 0), (0, 0), (1, 1))
     if view == "channel_slice":
         x = make_tensor((2, 10, 5, 12), dtype, device)[:, 3:9]
     else:
         x = make_tensor((2 * 6 * 5 * 12 + 1,), dtype, device)[1:].view(2, 6, 5, 12)
     _, w, b = case.tensors(dtype, device)
-    for shift in check_input_view(case, x, w, b):
-        if dtype != torch.float32 or shift:  # strict fp32 never takes it; the others as the view allows
-            assert shift == (view == "channel_slice" and torch.cuda.get_device_capability() == (9, 0))
+    shifts = check_input_view(case, x, w, b)
+    if shifts:
+        # Strict fp32 (the last on CUDA fp32) loads its dense split copy, so runs the shift kernel for either view.
+        if dtype == torch.float32:
+            assert shifts[1] == (torch.cuda.get_device_capability() == (9, 0))
+            shifts = shifts[:1]
+        assert shifts == [view == "channel_slice" and torch.cuda.get_device_capability() == (9, 0)]
 
 
 # Shapes whose CUDA plans (shift_gemm::choose_plan) take the kernel's other tilings, with more tiles than an H200 has
@@ -397,14 +407,16 @@ WARP_SPECIALIZED = {"quartets_n64": True, "pairs_across_rows_n64": True, "n64_mb
 
 
 def takes_warp_specialized(name: str, case: Case, x: torch.Tensor, tf32: bool) -> bool:
-    return (WARP_SPECIALIZED.get(name, False) and takes_shift_kernel(case, x, tf32)
+    """Strict fp32's 3xTF32 (rounded sums) never does: its MMA warpgroups lack the registers."""
+    strict = x.dtype == torch.float32 and not tf32
+    return (WARP_SPECIALIZED.get(name, False) and takes_shift_kernel(case, x, tf32) and not strict
             and os.environ.get("CONVOPS_SHIFT_WS") != "0")
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("name", sorted(SHIFT_TILINGS))
-@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.bfloat16, False), (torch.float16, False)],
-                         ids=["tf32", "bf16", "fp16"])
+@pytest.mark.parametrize("dtype,tf32", [(torch.float32, True), (torch.float32, False), (torch.bfloat16, False),
+                                        (torch.float16, False)], ids=["tf32", "fp32", "bf16", "fp16"])
 def test_cuda_shift_kernel_tilings_match_aten(name, dtype, tf32):
     case = SHIFT_TILINGS[name]
     x, w, b = case.tensors(dtype, "cuda")
@@ -622,6 +634,82 @@ def test_cuda_k2_kernel_keeps_nonfinite_values_where_aten_has_them():
         assert mask(expected).any() and torch.equal(mask(y), mask(expected)), mask
     finite = torch.isfinite(expected)
     assert_close(y[finite], expected[finite], torch.float32, **tf32_accumulation_tolerance(case, True))
+
+
+# Strict fp32 on CUDA is 3xTF32 on the tensor cores (conv_transpose_tf32x3.cuh): the input and the weight split
+# into copies with three channel blocks each, the input a chunk of images at a time. Its accuracy in every layout,
+# group count and parameter is the sampled grid's and the named cases' (above) at fp32's tolerance.
+TF32X3_SPLIT_KERNEL = "tf32x3::split_kernel<"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cuda_strict_fp32_is_tf32x3_at_fp32_tolerance(layout):
+    """At the L1-65 seed's reduction length (64 channels x 21 taps), the longest the seeds have, strict fp32 runs
+    the split and a TF32 kernel and stays within fp32's tolerance of float64; with TF32 allowed nothing is split."""
+    case = NAMED["seed2d_small"]
+    x, w, b = case.tensors(torch.float32, "cuda", layout)
+    for tf32 in (False, True):
+        with allow_tf32(tf32):
+            ran = cuda_kernels_run(lambda: OPS[2][0](x, w, b, **case.params()))
+        assert any(TF32X3_SPLIT_KERNEL in k for k in ran) == (not tf32), ran
+        assert any("Tf32RoundedSumsMma" in k for k in ran) == (not tf32), ran
+        assert not any("Fma<float>" in k for k in ran), ran
+    poison_allocator("cuda", case.output_numel() * 4)
+    with allow_tf32(False):
+        y = OPS[2][0](x, w, b, **case.params())
+    expected = reference(lambda x, w, b: F.conv_transpose2d(x, w, b, **case.params()), x, w, b)
+    assert_close(y, expected, torch.float32)
+
+
+@pytest.mark.cuda
+def test_cuda_tf32x3_split_keeps_values_near_the_float_max():
+    """An input whose TF32 rounding would overflow (|x| just under FLT_MAX) splits toward zero instead: the result
+    is finite and as accurate as elsewhere, not Inf or NaN."""
+    case = Case(2, 3, 4, (5, 6), (2, 3), (1, 1), (0, 1), (0, 0), (1, 1), bias=False)
+    x, w, _ = case.tensors(torch.float32, "cuda")
+    with torch.no_grad():
+        x.copy_(torch.finfo(torch.float32).max * (1 - x.abs() * 1e-4) * x.sign())  # mantissas that round up
+        w.mul_(1e-3)
+    with allow_tf32(False):
+        y = OPS[2][0](x, w, None, **case.params())
+    expected = reference(lambda x, w: F.conv_transpose2d(x, w, None, **case.params()), x, w)
+    assert torch.isfinite(expected).all() and torch.isfinite(y).all()
+    # fp32's rtol; an atol at the outputs' scale (about 1e35), where 5e-5 would leave rtol alone for cancelled sums.
+    assert_close(y, expected, torch.float32, atol=5e-6 * expected.abs().max().item())
+
+
+_RUN_STRICT_FP32 = """
+import sys, torch, convops
+convops.set_path_policy("convops")
+torch.backends.cudnn.allow_tf32 = False
+x, w, b, params, output_numel = torch.load(sys.argv[1])
+poison = torch.full((output_numel,), float("nan"), device="cuda")  # the output's memory, poisoned
+del poison
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    y = convops.conv_transpose3d(x, w, b, **params)
+    torch.cuda.synchronize()
+splits = sum(e.count for e in prof.key_averages() if "tf32x3::split_kernel<" in e.key)
+torch.save((y.cpu(), splits), sys.argv[2])
+"""
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cuda_tf32x3_in_chunks_of_images(tmp_path, layout):
+    """With the split copy's budget at 1 MB (CONVOPS_TF32X3_SCRATCH_MB, read once a process), 5 images of 3 x 208
+    KB copies go as chunks of one (5 chunks): every chunk's output lands on its own images (poisoned beforehand)."""
+    import subprocess
+    import sys
+    case = Case(5, 16, 8, (13, 16, 16), (3, 3, 3), (1, 1, 1), (1, 1, 1), (0, 0, 0), (1, 1, 1))
+    x, w, b = case.tensors(torch.float32, "cuda", layout)
+    torch.save((x, w, b, case.params(), case.output_numel()), tmp_path / "inputs.pt")
+    subprocess.run([sys.executable, "-c", _RUN_STRICT_FP32, str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt")],
+                   env={**os.environ, "CONVOPS_TF32X3_SCRATCH_MB": "1"}, check=True, timeout=300)
+    expected = reference(lambda x, w: F.conv_transpose3d(x, w, b.detach().cpu().double(), **case.params()), x, w)
+    y, splits = torch.load(tmp_path / "out.pt")
+    assert splits == 1 + 5, splits  # the weight's split once, then one split a chunk of one image
+    assert_close(y, expected, torch.float32)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -80,14 +80,17 @@ struct MmaTile {
     m_lane = (d * size[1] + h) * size[2] + w;
   }
 
-  __device__ void zero() {
+  template <int M, int N>
+  __device__ static void zero_sums(float (&sums)[M][N][4]) {
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < M; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < N; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
+        for (int i = 0; i < 4; ++i) sums[mt][nt][i] = 0.f;
   }
+
+  __device__ void zero() { zero_sums(acc); }
 
   // A window of n <= kWindow taps along w: tap s reads the brick at offset + s, with the weights at
   // weights + s * weight_step (words). acc += brick(shifted)[pixels][chunk words] x weights[words][BN].
@@ -107,6 +110,10 @@ struct MmaTile {
     const uint32_t* b_rows = weights + g * 8 + 2 * t;  // channel g, words t and t + 4
 #pragma unroll 1  // one k-step already holds n x MT x NT independent mma; unrolling more only adds registers
     for (int k = 0; k < chunk; k += 8) {
+      // Math::kRoundedSums: this k-step's products go to sums of their own (conv_transpose_math.cuh).
+      float step[MT][NT][4];
+      if constexpr (Math::kRoundedSums) zero_sums(step);
+      float(&sums)[MT][NT][4] = Math::kRoundedSums ? step : acc;
       // The window's half-fragments first (all loads in flight together), then one B fragment at a time.
       const uint32_t* a_lo = a_rows + k * plane;
       const uint32_t* a_hi = a_lo + 4 * plane;
@@ -129,9 +136,17 @@ struct MmaTile {
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             const uint32_t a[4] = {h[2 * mt + s][0], h[2 * mt + 1 + s][0], h[2 * mt + s][1], h[2 * mt + 1 + s][1]};
-            Math::mma(acc[mt][nt], a, b);
+            Math::mma(sums[mt][nt], a, b);
           }
         }
+      }
+      if constexpr (Math::kRoundedSums) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[mt][nt][i] += step[mt][nt][i];
       }
     }
   }

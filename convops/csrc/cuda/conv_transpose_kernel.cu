@@ -2,7 +2,8 @@
 // call into the layout the kernel reads, picks the precision policy and the tiling, and launches
 // conv_transpose_kernel (conv_transpose_implicit_gemm.cuh), then the correction for non-finite weight taps
 // (conv_transpose_nonfinite.cuh). 2-D calls run as 3-D with depth 1. Problems whose kernel equals their stride run
-// as one GEMM and a pixel shuffle instead (conv_transpose_gemm.cuh).
+// as one GEMM and a pixel shuffle instead (conv_transpose_gemm.cuh). Strict fp32 runs as 3xTF32 on the tensor cores
+// (conv_transpose_tf32x3.cuh, launch_tf32x3), or on FFMA where its split copy would pass int indexing.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -24,6 +25,7 @@
 #include "cuda/conv_transpose_nonfinite.cuh"
 #include "cuda/conv_transpose_shift_gemm.cuh"
 #include "cuda/conv_transpose_shift_gemm_ws.cuh"
+#include "cuda/conv_transpose_tf32x3.cuh"
 #include "cuda/device_info.h"
 #include "cuda/path_choice.cuh"
 
@@ -257,7 +259,8 @@ template <class Math>
 void launch_tensor_core(const ConvTransposeParams& p, const at::Tensor& weight5d, bool tf32) {
   if (p.cout_g <= 8) return launch<Math, 512, 8>(p, weight5d, tf32);
   if (p.cout_g <= 16) return launch<Math, 512, 16>(p, weight5d, tf32);
-  if (p.cout_g <= 24) return launch<Math, 512, 24>(p, weight5d, tf32);
+  // Rounded sums hold a second set of accumulators, with which 512 x 24 spills (ptxas, 2026-11-28).
+  if (p.cout_g <= 24) return launch<Math, Math::kRoundedSums ? 256 : 512, 24>(p, weight5d, tf32);
   return launch<Math, 256, 32>(p, weight5d, tf32);
 }
 
@@ -329,7 +332,8 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   p.weight = weight.data_ptr();
 
   // Channel tiles of 64 take the warp-specialized kernel where three stages fit (conv_transpose_shift_gemm_ws.cuh).
-  p.stages = sg::ws_stages(plan, n_tile, kElementBytes, cuda::max_shared_memory_per_block());
+  // (Not with rounded sums: its MMA warpgroups have no registers for a second set of accumulators.)
+  p.stages = Math::kRoundedSums ? 0 : sg::ws_stages(plan, n_tile, kElementBytes, cuda::max_shared_memory_per_block());
   const bool ws = p.stages > 0;
   p.producer_halves = sg::ws_producer_halves(plan);
   const int shared = ws ? sg::ws_epilogue_offset(p) + sg::cout_rows_epilogue_bytes(kElementBytes)
@@ -344,11 +348,15 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   const auto by_order = [&](auto n, auto mb) {
     constexpr int kN = decltype(n)::value, kMB = decltype(mb)::value;
     const auto with = [&](auto quartets) {
-      constexpr bool kQuartets = decltype(quartets)::value;
-      if constexpr (kN == 64) {
-        if (ws) return run(sg::conv_transpose_shift_gemm_ws_kernel<Math, kMB, kQuartets>, sg::kWsThreads);
+      if constexpr (Math::kRoundedSums && kMB > (kN == 24 ? 4 : 2)) {  // choose_plan never picks them
+        TORCH_INTERNAL_ASSERT(false, "shift_gemm: no rounded-sums kernel with ", kMB, " row blocks");
+      } else {
+        constexpr bool kQuartets = decltype(quartets)::value;
+        if constexpr (kN == 64 && !Math::kRoundedSums) {
+          if (ws) return run(sg::conv_transpose_shift_gemm_ws_kernel<Math, kMB, kQuartets>, sg::kWsThreads);
+        }
+        run(sg::conv_transpose_shift_gemm_kernel<Math, kN, kMB, kQuartets>, sg::kThreads);
       }
-      run(sg::conv_transpose_shift_gemm_kernel<Math, kN, kMB, kQuartets>, sg::kThreads);
     };
     if constexpr (Math::kChannelsPerWord == 2) {
       if (plan.quartets) return with(std::true_type{});
@@ -375,43 +383,30 @@ void launch_tensor_core_path(const ConvTransposeParams& p, const at::Tensor& inp
                              bool tf32) {
   int64_t sizes[5];
   for (int i = 0; i < 5; ++i) sizes[i] = input5d.size(i);
-  if (const auto plan = cuda::shift_gemm::applies(p, static_cast<int>(sizeof(typename Math::Input)), sizes)) {
+  if (const auto plan =
+          cuda::shift_gemm::applies(p, static_cast<int>(sizeof(typename Math::Input)), sizes, Math::kRoundedSums)) {
     return launch_shift_gemm<Math>(p, weight5d, tf32, *plan);
   }
   launch_tensor_core<Math>(p, weight5d, tf32);
 }
 
-at::Tensor conv_transpose_kernel_path(const char* op, const at::Tensor& input, const at::Tensor& weight,
-                                      const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args) {
+// The kernel parameters of one call on 5-D views (2-D calls with depth 1) of its operands; the tiling and the
+// prepared weight are the launchers' to fill in.
+ConvTransposeParams make_params(const char* op, const at::Tensor& input5d, const at::Tensor& weight5d,
+                                const at::Tensor& bias, const at::Tensor& output5d, const ConvTransposeArgs& args) {
   const int64_t sd = args.spatial_dims;
-  std::vector<int64_t> sizes{input.size(0), weight.size(1) * args.groups};
-  sizes.insert(sizes.end(), args.output_size.begin(), args.output_size.end());
-  at::Tensor output = empty_output(input, sizes);
-  if (output.numel() == 0) return output;
-  if (cuda::conv_transpose_gemm_applies(input, weight, args)) {
-    cuda::conv_transpose_as_gemm(input, weight, bias, args, output);
-    return output;
-  }
-
-  // 2-D is 3-D with depth 1.
-  const at::Tensor input5d = sd == 2 ? input.unsqueeze(2) : input;
-  const at::Tensor weight5d = sd == 2 ? weight.unsqueeze(2) : weight;
-  const at::Tensor output5d = sd == 2 ? output.unsqueeze(2) : output;
-  at::Tensor bias_c;
-  if (bias.has_value() && bias->defined()) bias_c = bias->contiguous();
-
   ConvTransposeParams p{};
-  p.input = input.data_ptr();
-  p.bias = bias_c.defined() ? bias_c.data_ptr() : nullptr;
-  p.output = output.data_ptr();
+  p.input = input5d.data_ptr();
+  p.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  p.output = output5d.data_ptr();
   const auto to_int = [op](int64_t v, const char* what) {
     CONVOPS_CHECK(op, v <= std::numeric_limits<int>::max() / 4, what, " ", v, " is too large for the CUDA kernel");
     return static_cast<int>(v);
   };
-  p.batch = to_int(input.size(0), "batch");
+  p.batch = to_int(input5d.size(0), "batch");
   p.groups = to_int(args.groups, "groups");
-  p.cin_g = to_int(input.size(1) / args.groups, "input channels");
-  p.cout_g = to_int(weight.size(1), "output channels");
+  p.cin_g = to_int(input5d.size(1) / args.groups, "input channels");
+  p.cout_g = to_int(weight5d.size(1), "output channels");
   for (int d = 0; d < 3; ++d) {
     const int64_t a = d - (3 - sd);  // index into the per-dimension args; < 0 is the depth of a 2-D call
     p.in_size[d] = to_int(input5d.size(2 + d), "input size");
@@ -430,16 +425,67 @@ at::Tensor conv_transpose_kernel_path(const char* op, const at::Tensor& input, c
   }
   // 16-bit inputs whose rows are contiguous, with every other stride even and the data 4-byte aligned: an element at
   // an even column and its right neighbour are one aligned 4-byte copy (load_brick's paired bricks).
-  bool paired = input.element_size() == 2 && p.in_stride[4] == 1 &&
-                reinterpret_cast<uintptr_t>(input.data_ptr()) % 4 == 0;
+  bool paired = input5d.element_size() == 2 && p.in_stride[4] == 1 &&
+                reinterpret_cast<uintptr_t>(input5d.data_ptr()) % 4 == 0;
   for (int i = 0; i < 4; ++i) paired &= input5d.size(i) == 1 || p.in_stride[i] % 2 == 0;
   p.paired_brick = paired;
+  return p;
+}
+
+// Strict fp32 as 3xTF32 on the tensor cores (conv_transpose_tf32x3.cuh), a chunk of images at a time, each chunk's
+// input split into a scratch copy. False (nothing run) where one image's copy or the weight's would pass int
+// indexing, or the tripled channels the kernels' parameters (make_params).
+bool launch_tf32x3(const char* op, const at::Tensor& input, const at::Tensor& weight5d, const at::Tensor& bias,
+                   const at::Tensor& output5d, const ConvTransposeArgs& args) {
+  namespace x3 = cuda::tf32x3;
+  const int64_t weight_numel = weight5d.numel();
+  if (!x3::fits(input, 1) || 3 * weight_numel >= std::numeric_limits<int>::max() ||
+      3 * (input.size(1) / args.groups) > std::numeric_limits<int>::max() / 4) {
+    return false;
+  }
+  const at::Tensor weight3 = x3::split_weight(weight5d, args.groups);
+  const int64_t batch = input.size(0), chunk = x3::chunk_batch(input);
+  for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
+    const int64_t images = std::min(chunk, batch - n0);
+    const at::Tensor split = x3::split_input(input.narrow(0, n0, images), args.groups);
+    const at::Tensor split5d = args.spatial_dims == 2 ? split.unsqueeze(2) : split;
+    const at::Tensor out5d = output5d.narrow(0, n0, images);
+    const ConvTransposeParams p = make_params(op, split5d, weight3, bias, out5d, args);
+    // The reduction is 3 x cin_g x taps long, so each k-step's products are added in fp32 (Tf32RoundedSumsMma): on
+    // the shift kernel where it applies (the split copy is dense: every stride-1 problem of one group whose input is
+    // NCHW with rows of a multiple of 4 columns), else on the mma.sync kernel. Measured against the variants without
+    // the fp32 sums or on the mma.sync kernel alone (H200, 2026-11-28, bench/PERF_NOTES.md: L1-65 5.97 ms and 1.2e-6
+    // from eager, against 4.11 ms and 2.5e-5 past fp32's tolerance without the sums, 14.05 ms on the mma.sync
+    // kernel). Each chunk prepares the split weight for its kernel anew (4 times on the L1-70 seed; not measured).
+    launch_tensor_core_path<cuda::Tf32RoundedSumsMma>(p, split5d, weight3, /*tf32=*/true);
+  }
+  return true;
+}
+
+at::Tensor conv_transpose_kernel_path(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                                      const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args) {
+  std::vector<int64_t> sizes{input.size(0), weight.size(1) * args.groups};
+  sizes.insert(sizes.end(), args.output_size.begin(), args.output_size.end());
+  at::Tensor output = empty_output(input, sizes);
+  if (output.numel() == 0) return output;
+  if (cuda::conv_transpose_gemm_applies(input, weight, args)) {
+    cuda::conv_transpose_as_gemm(input, weight, bias, args, output);
+    return output;
+  }
+
+  // 2-D is 3-D with depth 1.
+  const bool two_d = args.spatial_dims == 2;
+  const at::Tensor input5d = two_d ? input.unsqueeze(2) : input;
+  const at::Tensor weight5d = two_d ? weight.unsqueeze(2) : weight;
+  const at::Tensor output5d = two_d ? output.unsqueeze(2) : output;
+  const at::Tensor bias_c = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();
+  const ConvTransposeParams p = make_params(op, input5d, weight5d, bias_c, output5d, args);
 
   switch (input.scalar_type()) {
     case at::kFloat:
       if (conv_allows_tf32(input)) {
         launch_tensor_core_path<cuda::Tf32Mma>(p, input5d, weight5d, /*tf32=*/true);
-      } else {
+      } else if (!launch_tf32x3(op, input, weight5d, bias_c, output5d, args)) {
         launch<cuda::Fma<float>, 256, 32>(p, weight5d, false);
       }
       break;

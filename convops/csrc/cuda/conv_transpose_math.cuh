@@ -2,6 +2,7 @@
 // the weights in shared memory as 32-bit (or, for fp64, 64-bit) "words"; a policy says what a word holds, how an
 // input element becomes one, and how a block of words is multiplied.
 //   Tf32Mma   fp32 input, TF32 tensor cores (operands RN-rounded as cuDNN does), word = one tf32 value
+//   Tf32RoundedSumsMma   the same, each k-step's products summed apart and added in fp32 (strict fp32's 3xTF32)
 //   Bf16Mma / F16Mma   bf16/fp16 input, m16n8k16 tensor cores, word = two consecutive input channels
 //   Fma<T>    strict fp32 (T = float) and fp64 (T = double) on the CUDA cores, word = one value
 #pragma once
@@ -24,12 +25,21 @@ struct Tf32Mma {
   static constexpr int kChannelsPerWord = 1;
   static constexpr bool kAsyncBrick = true;  // copied as raw fp32 with cp.async, then RN-rounded in place
   static constexpr bool kRoundBrick = true;
+  static constexpr bool kRoundedSums = false;
   __device__ static Word word(const Input* lo, const Input* /*hi*/) { return lo ? tf32_bits(__ldg(lo)) : 0u; }
   __device__ static void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
     mma_m16n8k8_tf32(d, a, b);
   }
   __device__ static Acc to_acc(Input x) { return x; }
   __device__ static Input from_acc(Acc x) { return x; }
+};
+
+// The tensor cores add into their fp32 accumulator with truncation, so over a long reduction their sums drift by
+// about an ulp of the running sum a k-step: 7e-5 at outputs of about 5 for 3xTF32 over 3 x 980 terms (H200,
+// 2026-11-28), past strict fp32's 5e-5. Here each k-step's MMAs (8 channels, a window of taps) start from zero in
+// registers of their own, which are then added to the accumulators in fp32 with rounding to nearest, as FFMA would.
+struct Tf32RoundedSumsMma : Tf32Mma {
+  static constexpr bool kRoundedSums = true;
 };
 
 template <typename Half>
@@ -42,6 +52,7 @@ struct HalfMmaBase {
   // A word pairs two channels that are a channel stride apart in memory: built in registers, not copied.
   static constexpr bool kAsyncBrick = false;
   static constexpr bool kRoundBrick = false;
+  static constexpr bool kRoundedSums = false;
   // The lower channel goes to the low half, as the m16n8k16 fragments expect.
   __device__ static Word word(const Input* lo, const Input* hi) {
     const uint32_t l = lo ? *reinterpret_cast<const unsigned short*>(lo) : 0u;

@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kNonfiniteWeightThreads)
   // An operand as the main kernel multiplies it, in the accumulation type: TF32 rounding can take a tiny denormal
   // input to 0 (then 0 * Inf = NaN) and a weight near FLT_MAX to Inf, as in the TF32 reference.
   const auto operand = [](Input v) {
-    if constexpr (std::is_same_v<Math, Tf32Mma>) {
+    if constexpr (std::is_base_of_v<Tf32Mma, Math>) {
       return round_tf32(v);
     } else {
       return Math::to_acc(v);

@@ -294,7 +294,7 @@ __device__ __forceinline__ void copy_weights(const Params& p, const Tile& t, int
 // acc (64 x N) (+)= A (64 pixels x one k-step) * B (one k-step x N), both in shared memory.
 template <class Math, int N>
 __device__ __forceinline__ void mma(float (&acc)[N / 2], uint64_t a, uint64_t b, bool accumulate) {
-  if constexpr (std::is_same_v<Math, Tf32Mma>) {
+  if constexpr (std::is_base_of_v<Tf32Mma, Math>) {
     if constexpr (N == 24) wgmma::mma_m64n24k8_tf32(acc, a, b, accumulate);
     else wgmma::mma_m64n64k8_tf32(acc, a, b, accumulate);
   } else {
@@ -342,7 +342,7 @@ template <class Math, int MB>
 __device__ __forceinline__ void mma_cout_rows(float (&acc)[MB][32], uint64_t a, uint64_t b, bool accumulate) {
   // The MB blocks are the instruction's 32 MB accumulators in order (the m64nN fragment: 8 columns per 4 registers).
   auto& flat = reinterpret_cast<float(&)[MB * 32]>(acc);
-  if constexpr (std::is_same_v<Math, Tf32Mma>) {
+  if constexpr (std::is_base_of_v<Tf32Mma, Math>) {
     if constexpr (MB == 1) wgmma::mma_m64n64k8_tf32(flat, a, b, accumulate);
     else if constexpr (MB == 2) wgmma::mma_m64n128k8_tf32(flat, a, b, accumulate);
     else wgmma::mma_m64n192k8_tf32(flat, a, b, accumulate);
@@ -607,6 +607,18 @@ __global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(
   // The warpgroup, as a value the compiler knows is the same across the warp (uniform registers for the descriptors).
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   float acc[MB][N / 2];
+  // Math::kRoundedSums (conv_transpose_math.cuh): each k-step's MMAs write sums of their own, which the next step
+  // adds to acc in fp32 once they are done (after its wait); step_first: that k-step was its tile's first.
+  float step_sums[MB][N / 2];
+  bool step_first = false;
+  const auto fold_step_sums = [&] {
+#pragma unroll
+    for (int mb = 0; mb < MB; ++mb) {
+      wgmma::pin(step_sums[mb]);
+#pragma unroll
+      for (int r = 0; r < N / 2; ++r) acc[mb][r] = (step_first ? 0.f : acc[mb][r]) + step_sums[mb][r];
+    }
+  };
   const auto stage_of = [&](int s) { return smem + (s & 1) * p.stage_bytes; };
   // Step s + 1's brick is loaded into registers and its weights copied while step s's MMAs run.
   Units<max_units(N)> units;
@@ -629,6 +641,9 @@ __global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(
     wgmma::wait<0>();  // step s - 1's MMAs are done: its stage may be refilled, its accumulators read
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb) wgmma::pin(acc[mb]);  // ... and only now (the compiler cannot see the wait)
+    if constexpr (Math::kRoundedSums) {
+      if (pending) fold_step_sums();
+    }
     if (at.k == 0 && pending) store_tile<Math, N, MB>(p, multiplied, wg, acc, smem);
     __syncthreads();  // every thread's part of stage s is in; no warpgroup reads stage s - 1 any more
     // The next step's loads go out before this step's MMAs are issued: 5.00 against 5.90 ms after them (L1-70 TF32,
@@ -638,7 +653,12 @@ __global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(
     // (4.40 against 4.39 ms, 17:23 UTC).
     if (next.tile_index < p.total_tiles) issue_loads(next, s + 1);
     wgmma::fence();
-    multiply_step<Math, N, MB>(p, stage_of(s), p.skew, at.k == 0, wg, acc);
+    if constexpr (Math::kRoundedSums) {
+      multiply_step<Math, N, MB>(p, stage_of(s), p.skew, /*first_step=*/true, wg, step_sums);
+      step_first = at.k == 0;
+    } else {
+      multiply_step<Math, N, MB>(p, stage_of(s), p.skew, at.k == 0, wg, acc);
+    }
     wgmma::commit();
     multiplied = at.tile;
     pending = true;
@@ -647,6 +667,9 @@ __global__ void __launch_bounds__(kThreads, 1) conv_transpose_shift_gemm_kernel(
   wgmma::wait<0>();
 #pragma unroll
   for (int mb = 0; mb < MB; ++mb) wgmma::pin(acc[mb]);
+  if constexpr (Math::kRoundedSums) {
+    if (pending) fold_step_sums();
+  }
   if (pending) store_tile<Math, N, MB>(p, multiplied, wg, acc, smem);
 #else
   __trap();  // launch() runs this kernel only where its machine code is sm_90a
@@ -687,7 +710,10 @@ inline bool quartets_enabled() {
 // of barrier and waits; tiles are spread over one block an SM. Rows past the tile and the last K_w - 1 + skew columns
 // of each row cost MMAs, so tile widths are balanced and tile_h rows of brick_w fill the warpgroups' rows closely.
 // Tile widths are multiples of 4 (or the whole output row), so that every tile's brick starts `skew` columns early.
-inline Plan choose_plan(const ConvTransposeParams& p, int n_tile, int element_bytes, int shared_limit, int sms) {
+// rounded_sums: the kernel holds a second set of accumulators (Math::kRoundedSums), so at most 4 / 2 row blocks
+// (channel tiles of 24 / 64): 6 / 3 spill hundreds of bytes (ptxas, 2026-11-28).
+inline Plan choose_plan(const ConvTransposeParams& p, int n_tile, int element_bytes, int shared_limit, int sms,
+                        bool rounded_sums = false) {
   const int k_steps = ceil_div(p.cin_g * element_bytes, kStepBytes);
   const int kd = p.kernel[0], kh = p.kernel[1], kw = p.kernel[2], taps = kd * kh * kw;
   const int skew = ((p.padding[2] - (kw - 1)) % 4 + 4) % 4;  // (-shift) mod 4
@@ -696,6 +722,7 @@ inline Plan choose_plan(const ConvTransposeParams& p, int n_tile, int element_by
   Plan best;
   double best_cost = std::numeric_limits<double>::infinity();
   const auto consider = [&](int mb) {
+    if (rounded_sums && mb > (n_tile == 24 ? 4 : 2)) return;
     const int rows = kWarpgroups * mb * 64;
     for (int tile_h = 1; tile_h <= std::min(kMaxTileRows, p.out_size[1]); ++tile_h) {
       const int tile_w_cap = rows / tile_h - (kw - 1) - skew;
@@ -781,14 +808,16 @@ inline bool vectors_fit(const ConvTransposeParams& p, const void* data, int elem
 // Whether the kernel serves the problem of p (filled by conv_transpose_kernel_path): stride 1, dilation 1, one group,
 // TF32 / bf16 / fp16 (the caller's tensor-core precision policies), inputs whose rows load as vectors, wgmma on this
 // device, a tile that fits shared memory and the registers of load_units.
-inline std::optional<Plan> applies(const ConvTransposeParams& p, int element_bytes, const int64_t (&in_sizes)[5]) {
+inline std::optional<Plan> applies(const ConvTransposeParams& p, int element_bytes, const int64_t (&in_sizes)[5],
+                                   bool rounded_sums = false) {
   if (!enabled() || p.groups != 1 || p.cin_g < 1) return std::nullopt;
   for (int d = 0; d < 3; ++d) {
     if (p.stride[d] != 1 || p.dilation[d] != 1) return std::nullopt;
   }
   if (!vectors_fit(p, p.input, element_bytes, in_sizes) || !wgmma::runs_here()) return std::nullopt;
   const int n_tile = channel_tile(p.cout_g);
-  const Plan plan = choose_plan(p, n_tile, element_bytes, max_shared_memory_per_block(), multiprocessor_count());
+  const Plan plan =
+      choose_plan(p, n_tile, element_bytes, max_shared_memory_per_block(), multiprocessor_count(), rounded_sums);
   // Tile indices (and the grid's stride over them) are ints.
   if (plan.row_blocks == 0 || total_tiles(p, plan, n_tile) > std::numeric_limits<int>::max() / 2) return std::nullopt;
   return plan;

@@ -113,8 +113,9 @@ std::string& key_buffer();
 // path must be at least 3% faster than ATen's to be taken: a near tie goes to the ATen composition, eager's own
 // kernels, and timing noise does not flip it between runs. While the stream is being captured into a CUDA graph nothing
 // can be timed: an unrecorded key then runs the convops kernel.
-// mixed_path (may be null): a third candidate, convops' kernel for part of the op and ATen for the rest; it competes
-// with the convops path on equal terms (both are convops code) and with the margin against ATen.
+// mixed_path (may be null): a third candidate, convops' kernel for part of the op and ATen for the rest; it must be
+// 3% faster than the convops path (a fused kernel, fewer launches) to be taken in its place, and 3% faster than ATen's
+// (path_choice.cu, choose_path).
 at::Tensor run_auto_path(const std::string& key, c10::function_ref<std::string()> describe, PathFn convops_path,
                          PathFn aten_path, const PathFn* mixed_path = nullptr);
 
