@@ -101,7 +101,8 @@ def write_json(path: str, meta: dict, records: Sequence[dict]) -> None:
 def write_markdown(path: str, meta: dict, records: Sequence[dict], columns: Sequence[str] = COLUMNS) -> None:
     lines = [f"Card: {meta.get('card')}; torch {meta.get('torch')}, CUDA {meta.get('cuda')}, "
              f"cuDNN {meta.get('cudnn')}, triton {meta.get('triton')}; {meta.get('date')}; git {meta.get('git')}, "
-             f"sources {meta.get('sources')} (python -m bench.provenance)", ""]
+             f"sources {meta.get('sources')} (python -m bench.provenance); GPU spin after each L2 flush "
+             f"{meta.get('host_slack_us', 0):g} us", ""]
     ceil = meta.get("ceilings")
     if ceil:
         lines += [f"Measured ceilings: copy {ceil['copy_TBps']:.2f} TB/s (read + write); matrix "

@@ -6,8 +6,9 @@
     python -m bench.run --list            # the case names (works without a GPU)
 
 One process, one GPU. For each case and precision mode it checks every column against eager (a wrong result is
-reported as FAIL, not timed), then times the columns with triton.testing.do_bench (median) over enough input sets
-to exceed the L2 cache, one after the other once every compile's background work (Inductor's compile workers) has
+reported as FAIL, not timed), then times the columns with triton.testing.do_bench (median; after each of its L2
+flushes the GPU spins --host-slack-us, 200 by default, so that GPU time is timed, not the host's launches) over
+enough input sets to exceed the L2 cache, one after the other once every compile's background work (Inductor's compile workers) has
 wound down (bench/quiet.py), and in five rounds where a column is launch-bound (under --rounds-below-ms, 0.05 by
 default: batch-1 layers), each column keeping its fastest round, so that such cases compare like with like. Pass 1
 runs every column but max-autotune (about 530 s on an H200 for the full set, 2026-11-27); pass 2 runs max-autotune,
@@ -34,7 +35,7 @@ from .cases import all_cases, select
 from .columns import COLUMNS, convops_backend
 from .floors import measure_ceilings
 from .runner import LAUNCH_BOUND_MS, Plan, run_case, summarize
-from .timing import MODES, bench_ms
+from .timing import HOST_SLACK_US, MODES, bench_ms
 
 AUTOTUNE_POLICIES = ("all", "default", "seeds", "none")
 
@@ -59,6 +60,9 @@ def parse_args(argv):
                    help="time a case in rounds (each column keeping its fastest) where a column's first round is "
                         f"under this many ms (default {LAUNCH_BOUND_MS:g}: the launch-bound rows; more costs device "
                         "time)")
+    p.add_argument("--host-slack-us", type=float, default=HOST_SLACK_US,
+                   help=f"GPU spin after each L2 flush, hiding the host's launch time from the timed region "
+                        f"(default {HOST_SLACK_US:g}; 0 times with the host in the loop)")
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"), help="output folder")
     p.add_argument("--list", action="store_true", help="print the selected case names and exit")
     args = p.parse_args(argv)
@@ -191,8 +195,10 @@ def main(argv=None) -> int:
     meta["backend"] = backend_note or "convops.backend"
     plan = Plan(columns=args.columns, autotune=args.autotune, deadline=start + args.budget_s, budget_s=args.budget_s,
                 l2_bytes=meta["l2_bytes"] or 50 * 2**20, ceilings=ceilings, backend=backend,
-                backend_note=backend_note, rounds_below_ms=args.rounds_below_ms)
+                backend_note=backend_note, rounds_below_ms=args.rounds_below_ms,
+                host_slack_us=args.host_slack_us)
     meta["rounds_below_ms"] = args.rounds_below_ms
+    meta["host_slack_us"] = args.host_slack_us
 
     # Pass 1: every case and mode, all columns but max-autotune. Pass 2: max-autotune (the slowest part: each
     # compile autotunes Triton templates for 5-50 s) on its subset, as far as the budget goes.

@@ -6,6 +6,7 @@ call and again on the convops backend's. Then every checked column is timed unde
 more wait for quiet, one after the other, and in several rounds where the case is launch-bound."""
 from __future__ import annotations
 
+import functools
 import math
 import time
 import zlib
@@ -20,7 +21,7 @@ from . import quiet
 from .cases import Case
 from .columns import BASELINES, COMPILED, Unavailable, column_policy, make_runner
 from .floors import Ceilings, flops, min_bytes
-from .timing import Mode, bench_ms, check, first_call_ms, make_inputs, rotating, rotation_count
+from .timing import HOST_SLACK_US, Mode, bench_ms, check, first_call_ms, make_inputs, rotating, rotation_count
 
 
 # A max-autotune compile is started only with this much budget left: the slowest seen took about 50 s (the
@@ -36,7 +37,9 @@ AUTOTUNE_RESERVE_S = 50.0
 # kernels, read 13.9, 42.7 and 40.0 (07:12 UTC): the median of three let two slow rounds decide. So each column
 # keeps its least disturbed round, the closest to its GPU time, for every column alike. `--rounds-below-ms` raises the
 # threshold for a run: compiled columns of rows over it were seen slowed 2.3-2.7x in one round (UNet layers of
-# 0.07-0.08 ms, H200, 2026-11-27 13:33 UTC), where the rounds cost device time that full runs do not have.
+# 0.07-0.08 ms, H200, 2026-11-27 13:33 UTC), where the rounds cost device time that full runs do not have. Since
+# 2026-11-28 a spin after each flush hides the host's time (HOST_SLACK_US, bench/timing.py); the rounds stay, for
+# stretches longer than the spin.
 LAUNCH_BOUND_MS = 0.05
 LAUNCH_BOUND_ROUNDS = 5
 
@@ -54,6 +57,7 @@ class Plan:
     backend_note: str = ""
     skipped_for_budget: list = field(default_factory=list)
     rounds_below_ms: float = LAUNCH_BOUND_MS  # --rounds-below-ms
+    host_slack_us: float = HOST_SLACK_US      # --host-slack-us
 
     def time_left(self) -> float:
         return self.deadline - time.monotonic()
@@ -108,7 +112,7 @@ def run_case(case: Case, mode: Mode, plan: Plan, columns: tuple[str, ...] | None
              timer=None) -> dict:
     """The given columns (default: the plan's) of one case in one mode. `timer(fn) -> ms` defaults to the CUDA
     do_bench timer."""
-    timer = timer or _cuda_timer
+    timer = timer or functools.partial(_cuda_timer, host_slack_us=plan.host_slack_us)
     torch.manual_seed(zlib.crc32(case.name.encode()))  # the same parameters and inputs in every run
     model = case.make().to(device=device, dtype=mode.dtype).eval()
     element = torch.empty((), dtype=mode.dtype).element_size()
@@ -227,8 +231,8 @@ def _synchronized(output: torch.Tensor) -> torch.Tensor:
     return output
 
 
-def _cuda_timer(fn) -> float:
-    return bench_ms(fn, first_call_ms(fn))
+def _cuda_timer(fn, host_slack_us: float = HOST_SLACK_US) -> float:
+    return bench_ms(fn, first_call_ms(fn), host_slack_us)
 
 
 def _ms(columns: dict, name: str) -> float | None:

@@ -81,15 +81,49 @@ def first_call_ms(fn: Callable[[], object]) -> float:
     return start.elapsed_time(end)
 
 
-def bench_ms(fn: Callable[[], object], estimate_ms: float | None = None) -> float:
+# GPU time a spin kernel adds after do_bench's L2 flush, so that the host has enqueued the whole call (its start
+# event, every launch of fn, its end event) before the GPU reaches it. Without it the flush (a 256 MB memset, about
+# 57 us on an H200) is the only cover: a batch-1 layer whose call takes the host longer, as eager's two to four
+# launches do on a busy host, is timed with the GPU waiting for the host in between. Measured so (H200,
+# 2026-11-28 06:52 UTC), eager's five rounds of ConvNeXt-T 768 -> 3072 at 7x7 read 29.8 to 54.2 us. Every column
+# gets the same spin, outside its timed region; `--host-slack-us 0` times with the host in the loop again.
+HOST_SLACK_US = 200.0
+SPIN_CYCLES_PER_US = 2000  # at most ~2 GHz SM clocks on Hopper: a slower clock only lengthens the spin
+
+
+@contextlib.contextmanager
+def gpu_spin_after_flush(slack_us: float):
+    """Within it, triton's L2 flush between do_bench's calls is followed by a `slack_us` spin on the GPU."""
+    from triton import runtime
+    driver = runtime.driver.active
+    cycles = int(slack_us * SPIN_CYCLES_PER_US)
+    if cycles <= 0:
+        yield
+        return
+    flush = driver.clear_cache
+
+    def flush_then_spin(cache):
+        flush(cache)
+        torch.cuda._sleep(cycles)
+
+    driver.clear_cache = flush_then_spin
+    try:
+        yield
+    finally:
+        driver.clear_cache = flush
+
+
+def bench_ms(fn: Callable[[], object], estimate_ms: float | None = None, host_slack_us: float = HOST_SLACK_US) -> float:
     """Median time of fn in ms with triton.testing.do_bench (CUDA events; it also zeroes a 256 MB buffer before
-    each call, flushing L2). At least about 20 timed calls, also for slow cases; fast cases get hundreds (20 ms of
-    them: launch-bound cases are timed in five such rounds, bench/runner.py)."""
+    each call, flushing L2, and here spins the GPU for `host_slack_us` after it). At least about 20 timed calls,
+    also for slow cases; fast cases get hundreds (20 ms of them: launch-bound cases are timed in five such rounds,
+    bench/runner.py)."""
     from triton.testing import do_bench
     estimate_ms = estimate_ms if estimate_ms is not None else first_call_ms(fn)
     rep = min(2000.0, max(20.0, 20 * estimate_ms))
     warmup = min(200.0, max(10.0, 2 * estimate_ms))
-    return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+    with gpu_spin_after_flush(host_slack_us):
+        return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
 
 
 def rotating(fn: Callable[[torch.Tensor], object], inputs: Sequence[torch.Tensor]) -> Callable[[], object]:

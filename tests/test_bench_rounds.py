@@ -44,3 +44,43 @@ def test_the_command_line_sets_the_threshold():
     from bench.run import parse_args
     assert parse_args([]).rounds_below_ms == runner.LAUNCH_BOUND_MS
     assert parse_args(["--rounds-below-ms", "0.5"]).rounds_below_ms == 0.5
+
+
+def test_the_spin_follows_each_flush_and_is_removed_afterwards(monkeypatch):
+    """bench/timing.py's host slack: within the context triton's flush is followed by a GPU spin of the asked
+    length (cycles at 2 GHz); afterwards the driver flushes as before, also when the timed code raised."""
+    import sys
+    import types
+
+    from bench import timing
+
+    events = []
+
+    class Driver:
+        def clear_cache(self, cache):
+            events.append(("flush", cache))
+
+    driver = Driver()
+    fake_triton = types.ModuleType("triton")
+    fake_triton.runtime = types.SimpleNamespace(driver=types.SimpleNamespace(active=driver))
+    monkeypatch.setitem(sys.modules, "triton", fake_triton)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: events.append(("spin", cycles)))
+
+    with timing.gpu_spin_after_flush(150):
+        driver.clear_cache("buffer")
+    assert events == [("flush", "buffer"), ("spin", 150 * timing.SPIN_CYCLES_PER_US)]
+    events.clear()
+    with pytest.raises(RuntimeError), timing.gpu_spin_after_flush(150):
+        raise RuntimeError("a column failed")
+    driver.clear_cache("buffer")
+    assert events == [("flush", "buffer")]
+    with timing.gpu_spin_after_flush(0):
+        driver.clear_cache("buffer")
+    assert events == [("flush", "buffer")] * 2
+
+
+def test_the_command_line_sets_the_host_slack():
+    from bench.run import parse_args
+    from bench.timing import HOST_SLACK_US
+    assert parse_args([]).host_slack_us == HOST_SLACK_US
+    assert parse_args(["--host-slack-us", "0"]).host_slack_us == 0
