@@ -82,9 +82,12 @@ class Plan:
         return None
 
 
-def _column_result(status: str, ms=None, max_error=None, first_call_s=None, note="", path=None):
+def _column_result(status: str, ms=None, max_error=None, first_call_s=None, note="", path=None, decisions=None):
+    """One column's record. `decisions`: for the op column, every "auto" decision of its first call as
+    convops.path_choices() prints it (the problem, the path taken, each path's median), so that a row whose op took
+    a path do_bench then timed slower can be read from the JSON."""
     return {"status": status, "ms": ms, "max_error": max_error, "first_call_s": first_call_s, "note": note,
-            "path": path}
+            "path": path, "decisions": decisions}
 
 
 # The separable op's mixed path decides its 1x1 as a problem of its own: "convops" = cuBLAS GEMM, "aten" = cuDNN.
@@ -183,13 +186,16 @@ def _prepare_column(column, model, inputs, expected, mode, plan):
                     # decided right after the compile, while it wound down: decide again in quiet.
                     convops.clear_path_choices()
                     actual = _synchronized(fn(inputs[0]))
-            path = _chosen_path() if column == "convops_op" and actual.is_cuda else None
+            decided = column == "convops_op" and actual.is_cuda
+            path = _chosen_path() if decided else None
+            decisions = [str(c) for c in convops.path_choices()] if decided else None
             verdict = check(actual, expected, mode)
             del actual
         if not verdict.ok:
             return _column_result("fail", max_error=verdict.max_error, first_call_s=first_call_s,
                                   note=verdict.note), None
-        return _column_result("ok", max_error=verdict.max_error, first_call_s=first_call_s, path=path), fn
+        return _column_result("ok", max_error=verdict.max_error, first_call_s=first_call_s, path=path,
+                              decisions=decisions), fn
     except torch.cuda.OutOfMemoryError as exc:
         torch.cuda.empty_cache()
         return _column_result("error", note=_first_line(exc)), None

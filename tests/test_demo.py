@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import convops
-from convops import demo
+from convops import demo, path_choice
 from convops.path_choice import SEPARABLE_POINTWISE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ lives beside the package, not inside it
@@ -214,6 +214,21 @@ def test_bench_runner_on_cpu(tmp_path):
     text = (tmp_path / "r.md").read_text()
     assert "seed/tiny_dws" in text and "2.00x" in text
     assert "seeds [tf32]: 2.00x" in report.summary([record])
+
+
+@pytest.mark.cuda
+def test_bench_op_column_records_its_decisions():
+    """On CUDA the op column keeps every "auto" decision of its first call (problem, path, each path's median) as
+    convops.path_choices() prints them; the other columns have none."""
+    case = bench_cases.Case("seed/tiny_dws", lambda: demo.DepthwiseSeparableConv2d(4, 8, 3, padding=1),
+                            (2, 4, 9, 9))
+    record = runner.run_case(case, timing.MODES["fp32"], _cpu_plan(("eager", "convops_op")), device="cuda",
+                             timer=lambda fn: 1.0)
+    op = record["columns"]["convops_op"]
+    assert op["status"] == "ok" and op["decisions"], op
+    assert any(d.startswith("convops::depthwise_separable_conv2d cuda:0 ") for d in op["decisions"]), op
+    assert all(path_choice._LINE.fullmatch(d) for d in op["decisions"]), op
+    assert record["columns"]["eager"]["decisions"] is None
 
 
 def test_bench_runner_reports_wrong_and_missing(monkeypatch):
