@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import convops
-from convops.path_choice import SEPARABLE_POINTWISE  # the mixed path's 1x1, decided on its own
+from convops.path_choice import SEPARABLE_MIXED, SEPARABLE_POINTWISE  # the mixed path's layout and 1x1, decided on their own
 from common_utils import allow_tf32, assert_close, make_tensor, poison_allocator, reference
 from fuzz_configs import OPS, draw
 from test_depthwise_conv2d import torch_depthwise
@@ -70,10 +70,13 @@ def test_cuda_every_policy_gives_the_reference(op_name, policy):
         assert len(own) == 1, choices
         assert own[0].path in ("convops", "aten", "mixed") and own[0].convops_ms > 0, choices
         assert own[0].aten_ms > 0 and (own[0].mixed_ms is None or own[0].mixed_ms > 0), choices
-        # Besides: at most the separable mixed path's 1x1, decided once as a problem of its own.
+        # Besides, for the separable op only: its mixed path's layout (once) and its 1x1 (once per intermediate
+        # layout), each decided as a problem of its own.
         rest = [c for c in choices if c not in own]
-        assert len(rest) <= (op_name == "depthwise_separable_conv2d"), choices
-        assert all(c.problem.startswith(f"{SEPARABLE_POINTWISE} cuda:0 ") for c in rest), choices
+        sub = (SEPARABLE_MIXED, SEPARABLE_POINTWISE) if op_name == "depthwise_separable_conv2d" else ()
+        assert all(any(c.problem.startswith(f"{name} cuda:0 ") for name in sub) for c in rest), choices
+        assert len([c for c in rest if c.problem.startswith(SEPARABLE_MIXED)]) <= 1, choices
+        assert len([c for c in rest if c.problem.startswith(SEPARABLE_POINTWISE)]) <= 2, choices
     else:
         assert choices == []
 
@@ -241,12 +244,14 @@ def test_cuda_separable_times_its_mixed_path_where_the_fused_kernel_applies(dtyp
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.usefixtures("without_small_separable_kernel")
-def test_cuda_separable_mixed_path_decides_its_1x1_as_a_problem_of_its_own(dtype):
+def test_cuda_separable_mixed_path_decides_its_1x1_as_a_problem_of_its_own(monkeypatch, dtype):
     """The mixed path's 1x1 is a cuBLAS GEMM ("convops") or ATen's 1x1 convolution ("aten"), whichever "auto" timed
     faster for the intermediate: a decision of its own, one per intermediate, recorded with both timings and the
     intermediate's dtype, sizes and strides. Stride 2 keeps the problem outside the fused kernels (the small-problem
     one, which would take it, is left out), so the op's convops path is the mixed one, which its own decision runs
-    at least once (the warm-up); strict fp32, so that fp32 may take the GEMM too."""
+    at least once (the warm-up); strict fp32, so that fp32 may take the GEMM too. The mixed path stays in the input's
+    layout here (its layout decision: the next test)."""
+    monkeypatch.setenv("CONVOPS_SEPARABLE_MIXED", "input")
     x = make_tensor((3, 24, 15, 17), dtype, "cuda")
     dw, pw, pb = (make_tensor(shape, dtype, "cuda") for shape in [(24, 1, 5, 5), (40, 24, 1, 1), (40,)])
     args = (x, dw, None, pw, pb, [2, 2], [2, 2], [1, 1])
@@ -266,3 +271,52 @@ def test_cuda_separable_mixed_path_decides_its_1x1_as_a_problem_of_its_own(dtype
     assert_close(outputs[0], wants[0])
     torch.testing.assert_close(outputs[1], outputs[0], atol=0, rtol=0)  # the recorded decisions
     assert_close(outputs[2], wants[1])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tf32", [False, True])
+@pytest.mark.usefixtures("without_small_separable_kernel")
+def test_cuda_separable_mixed_path_decides_its_layout_as_a_problem_of_its_own(dtype, tf32):
+    """For an NCHW input the mixed path runs in the input's layout ("convops") or through channels-last ("aten":
+    ATen's NHWC depthwise, the 1x1 on the NHWC intermediate, the output copied back), whichever "auto" timed faster:
+    one decision per problem, recorded with both timings, beside the 1x1's decisions for the intermediate of each
+    layout (both run in the warm-up). The output is NCHW either way and agrees with the reference."""
+    x = make_tensor((3, 24, 15, 17), dtype, "cuda")
+    dw, pw, pb = (make_tensor(shape, dtype, "cuda") for shape in [(24, 1, 5, 5), (40, 24, 1, 1), (40,)])
+    args = (x, dw, None, pw, pb, [2, 2], [2, 2], [1, 1])
+    convops.clear_path_choices()
+    with allow_tf32(tf32), convops.forced_path("auto"):
+        out = torch.ops.convops.depthwise_separable_conv2d(*args)
+        again = torch.ops.convops.depthwise_separable_conv2d(*args)
+        want = separable_reference(*args).cuda()
+    choices = convops.path_choices()
+    layout = [c for c in choices if c.problem.startswith(SEPARABLE_MIXED + " cuda:0 ")]
+    assert len(layout) == 1 and layout[0].path in ("convops", "aten"), choices
+    assert layout[0].convops_ms > 0 and layout[0].aten_ms > 0 and layout[0].mixed_ms is None, choices
+    pointwise = [c for c in choices if c.problem.startswith(SEPARABLE_POINTWISE + " cuda:0 ")]
+    # The NCHW intermediate's and the NHWC one's (different strides); but in TF32 the NHWC 1x1 is cuDNN's alone
+    # (ATen's mm would not round as cuDNN does: cublas_gemm_matches_convolution).
+    assert len(pointwise) == (1 if dtype == torch.float32 and tf32 else 2), choices
+    assert out.is_contiguous() and again.is_contiguous()
+    assert_close(out, want)
+    torch.testing.assert_close(again, out, atol=0, rtol=0)  # the recorded decisions
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["channels_last", "one_channel", "one_pixel"])
+def test_cuda_separable_mixed_path_has_no_layout_decision_where_the_round_trip_changes_nothing(layout):
+    """A channels-last input is NHWC already, and with one channel or one pixel NCHW and NHWC are the same bytes: no
+    layout decision is made there."""
+    channels, hw = {"channels_last": (8, 9), "one_channel": (1, 9), "one_pixel": (8, 1)}[layout]
+    x = make_tensor((2, channels, hw, hw), torch.float32, "cuda")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    dw, pw = make_tensor((channels, 1, 3, 3), torch.float32, "cuda"), make_tensor((6, channels, 1, 1), torch.float32,
+                                                                                 "cuda")
+    args = (x, dw, None, pw, None, [2, 2], [1, 1], [1, 1])
+    convops.clear_path_choices()
+    with allow_tf32(False), convops.forced_path("auto"):
+        out = torch.ops.convops.depthwise_separable_conv2d(*args)
+    assert not [c for c in convops.path_choices() if c.problem.startswith(SEPARABLE_MIXED)], convops.path_choices()
+    assert_close(out, separable_reference(*args).cuda())
