@@ -91,9 +91,9 @@ def _column_result(status: str, ms=None, max_error=None, first_call_s=None, note
 
 
 # The separable op's mixed path decides its layout and its 1x1 as problems of their own, each named by a prefix and
-# its paths by what they mean: layout "convops" = the input's, "aten" = through channels-last; 1x1 "convops" = cuBLAS
-# GEMM, "aten" = cuDNN.
-_SUB_DECISIONS = ((SEPARABLE_MIXED + " ", "", {"convops": "input layout", "aten": "channels-last"}),
+# its paths by what they mean: layout "convops" = through channels-last, "aten" = the input's; 1x1 "convops" =
+# cuBLAS GEMM, "aten" = cuDNN.
+_SUB_DECISIONS = ((SEPARABLE_MIXED + " ", "", {"convops": "channels-last", "aten": "input layout"}),
                   (SEPARABLE_POINTWISE + " ", "1x1 ", {"convops": "gemm", "aten": "cudnn"}))
 
 

@@ -165,9 +165,12 @@ at::Tensor pointwise_stage(const at::Tensor& mid, const at::Tensor& input, const
 // image, while in NHWC the depthwise runs across channels and the 1x1 is one GEMM over every pixel: Inductor lays
 // these graphs out channels-last in inference and ran them 8-27% faster than every NCHW path of the op (H200,
 // 2026-11-28 07:08 UTC, bench/RESULTS.md). Under "auto" the mixed path decides it per problem, as a problem of its
-// own (kMixedOp in convops.path_choices(): "convops" is the input's layout, "aten" the round trip); under a fixed
-// policy it keeps the input's layout. CONVOPS_SEPARABLE_MIXED=input or =channels_last (read each call) takes one of
-// them wherever the round trip applies, whatever the policy: for tests and timing.
+// own (kMixedOp in convops.path_choices(): "convops" is the round trip, "aten" the input's layout), the round trip
+// only where it is 3% faster: its two copies and three to four more launches cost more where the host is the limit
+// than the decision's timing (behind a GPU spin) shows, so a near tie keeps the input's layout. Under a fixed policy
+// the mixed path keeps the input's layout; in CUDA graph capture an undecided problem takes the round trip (the
+// "convops" side, nothing can be timed). CONVOPS_SEPARABLE_MIXED=input or =channels_last (read each call) takes one
+// of them wherever the round trip applies, whatever the policy: for tests and timing.
 enum class MixedLayout { kDecide, kInput, kChannelsLast };
 
 MixedLayout mixed_layout(const at::Tensor& input) {
@@ -224,7 +227,7 @@ at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Te
     }
     return run_chosen_path(problem_key(kMixedOp, input, depthwise_weight, depthwise_bias, pointwise_weight,
                                        pointwise_bias, stride, padding, dilation),
-                           mixed_in_input_layout, mixed_through_channels_last);
+                           mixed_through_channels_last, mixed_in_input_layout);
   };
   // The convops path: the fused kernel where it applies, the mixed path elsewhere (channels-last inputs, strides,
   // dilations, other paddings and filters, channel counts whose weights do not fit next to its pipeline, fp64).
