@@ -238,23 +238,18 @@ def test_cuda_mixed_path_tf32_gemm_rounds_its_operands(layout):
     assert rounded == (layout == "contiguous"), ran
 
 
-# Problems that no fused kernel but the small-problem one takes (strides, dilations, other filters and paddings):
-# with that one left out, the op's convops path is the mixed one.
-MIXED_CASES = [c for c in CASES if c[7] != (1, 1) or c[9] != (1, 1) or c[6][0] != c[6][1] or c[6][0] not in (3, 5, 7)
-               or c[8][1] != (c[6][1] - 1) // 2]
-
-
 @pytest.mark.cuda
-@pytest.mark.parametrize("case", MIXED_CASES)
+@pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", ["contiguous", "strided"])
 @pytest.mark.parametrize("mixed", ["input", "channels_last"])
-@pytest.mark.usefixtures("without_small_separable_kernel")
 def test_cuda_mixed_path_in_either_layout(monkeypatch, case, dtype, layout, mixed):
     """The mixed path in the input's layout (the convops depthwise kernel) and through channels-last (ATen's NHWC
     depthwise, the 1x1 on the NHWC intermediate, the output copied back; no convops kernel at all), each forced by
-    CONVOPS_SEPARABLE_MIXED: both agree with the reference and give an output dense in the input's layout (NCHW for
-    a strided view too)."""
+    CONVOPS_SEPARABLE_MIXED, with every fused kernel left out (CONVOPS_SEPARABLE_KERNEL=none: the convops path is
+    the mixed one): both agree with the reference and give an output dense in the input's layout (NCHW for a
+    strided view too)."""
+    monkeypatch.setenv("CONVOPS_SEPARABLE_KERNEL", "none")
     monkeypatch.setenv("CONVOPS_SEPARABLE_MIXED", mixed)
     args = make_problem(case, dtype, "cuda", layout)
     with convops.forced_path("convops"):

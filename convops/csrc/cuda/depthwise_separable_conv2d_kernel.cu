@@ -48,9 +48,10 @@ struct Operands {
 
 // Which fused kernels may run (read each call). Normally any: the dispatch picks. CONVOPS_SEPARABLE_KERNEL=small
 // takes the small-problem kernel wherever it applies, not only where it pays; =streaming leaves the small-problem
-// kernel out; =tile leaves out both it and the row-streaming kernel. For tests and for timing the kernels against each
-// other; a kernel that does not take the problem falls through to the next.
-enum class FusedChoice { kAny, kSmall, kStreaming, kTile };
+// kernel out; =tile leaves out both it and the row-streaming kernel; =none leaves out every fused kernel, so that the
+// convops path is the mixed one. For tests and for timing the kernels and paths against each other; a kernel that
+// does not take the problem falls through to the next.
+enum class FusedChoice { kAny, kSmall, kStreaming, kTile, kNone };
 
 FusedChoice fused_choice() {
   const char* env = std::getenv("CONVOPS_SEPARABLE_KERNEL");
@@ -58,6 +59,7 @@ FusedChoice fused_choice() {
   if (std::strcmp(env, "small") == 0) return FusedChoice::kSmall;
   if (std::strcmp(env, "streaming") == 0) return FusedChoice::kStreaming;
   if (std::strcmp(env, "tile") == 0) return FusedChoice::kTile;
+  if (std::strcmp(env, "none") == 0) return FusedChoice::kNone;
   return FusedChoice::kAny;
 }
 
@@ -65,8 +67,8 @@ FusedChoice fused_choice() {
 // it pays, else the row-streaming one where it applies, else the tile one; false where the problem is outside every
 // scope.
 bool fused_kernel(const Operands& o, const at::Tensor& output, const DepthwiseGeometry& d, bool dry_run) {
-  if (o.input.scalar_type() == at::kDouble) return false;
   const FusedChoice choice = fused_choice();
+  if (o.input.scalar_type() == at::kDouble || choice == FusedChoice::kNone) return false;
   const bool small = choice == FusedChoice::kSmall ||
                      (choice == FusedChoice::kAny && small_separable_pays(d, o.pw_weight.size(0)));
   const bool streaming = choice != FusedChoice::kTile;
