@@ -92,6 +92,7 @@ def main() -> None:
         for case in cases:
             for mode in (MODES[m] for m in args.modes.split(",")):
                 with mode.active():
+                    torch._dynamo.reset()  # a fresh compile each row (Dynamo's recompile limit would fall back to eager)
                     torch.manual_seed(0)
                     model = case.make().cuda().to(mode.dtype).eval()
                     size = torch.empty((), dtype=mode.dtype).element_size()
