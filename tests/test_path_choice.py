@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import convops
-from convops.path_choice import SEPARABLE_MIXED, SEPARABLE_POINTWISE  # the mixed path's layout and 1x1, decided on their own
+# Decisions made inside a path (the separable mixed path's layout and 1x1, conv_transpose's ATen layout)
+from convops.path_choice import SEPARABLE_MIXED_LAYOUT, SEPARABLE_POINTWISE, stage_of
 from common_utils import allow_tf32, assert_close, make_tensor, poison_allocator, reference
 from fuzz_configs import OPS, draw
 from test_depthwise_conv2d import torch_depthwise
@@ -70,13 +71,14 @@ def test_cuda_every_policy_gives_the_reference(op_name, policy):
         assert len(own) == 1, choices
         assert own[0].path in ("convops", "aten", "mixed") and own[0].convops_ms > 0, choices
         assert own[0].aten_ms > 0 and (own[0].mixed_ms is None or own[0].mixed_ms > 0), choices
-        # Besides, for the separable op only: its mixed path's layout (once) and its 1x1 (once per intermediate
-        # layout), each decided as a problem of its own.
+        # Besides, decisions made inside the op's paths, each a problem of its own ("<op>.<stage>"): the separable
+        # mixed path's layout (once) and its 1x1 (once per intermediate layout); conv_transpose's ATen path's layout.
         rest = [c for c in choices if c not in own]
-        sub = (SEPARABLE_MIXED, SEPARABLE_POINTWISE) if op_name == "depthwise_separable_conv2d" else ()
-        assert all(any(c.problem.startswith(f"{name} cuda:0 ") for name in sub) for c in rest), choices
-        assert len([c for c in rest if c.problem.startswith(SEPARABLE_MIXED)]) <= 1, choices
-        assert len([c for c in rest if c.problem.startswith(SEPARABLE_POINTWISE)]) <= 2, choices
+        stages = {"depthwise_separable_conv2d": {"mixed_layout": 1, "pointwise": 2},
+                  "conv_transpose2d": {"aten_layout": 1}, "conv_transpose3d": {"aten_layout": 1}}.get(op_name, {})
+        assert all(c.problem.startswith(f"convops::{op_name}.") and stage_of(c.problem) in stages for c in rest), choices
+        for stage, most in stages.items():
+            assert len([c for c in rest if stage_of(c.problem) == stage]) <= most, choices
     else:
         assert choices == []
 
@@ -292,7 +294,7 @@ def test_cuda_separable_mixed_path_decides_its_layout_as_a_problem_of_its_own(dt
         again = torch.ops.convops.depthwise_separable_conv2d(*args)
         want = separable_reference(*args).cuda()
     choices = convops.path_choices()
-    layout = [c for c in choices if c.problem.startswith(SEPARABLE_MIXED + " cuda:0 ")]
+    layout = [c for c in choices if c.problem.startswith(SEPARABLE_MIXED_LAYOUT + " cuda:0 ")]
     assert len(layout) == 1 and layout[0].path in ("convops", "aten"), choices
     assert layout[0].convops_ms > 0 and layout[0].aten_ms > 0 and layout[0].mixed_ms is None, choices
     pointwise = [c for c in choices if c.problem.startswith(SEPARABLE_POINTWISE + " cuda:0 ")]
@@ -319,7 +321,7 @@ def test_cuda_separable_mixed_path_has_no_layout_decision_where_the_round_trip_c
     convops.clear_path_choices()
     with allow_tf32(False), convops.forced_path("auto"):
         out = torch.ops.convops.depthwise_separable_conv2d(*args)
-    assert not [c for c in convops.path_choices() if c.problem.startswith(SEPARABLE_MIXED)], convops.path_choices()
+    assert not [c for c in convops.path_choices() if c.problem.startswith(SEPARABLE_MIXED_LAYOUT)], convops.path_choices()
     assert_close(out, separable_reference(*args).cuda())
 
 

@@ -7,7 +7,7 @@
 //     "convops" path is the mixed one;
 //   - "mixed": the convops depthwise kernel, then the 1x1 as a cuBLAS GEMM or as ATen's 1x1 convolution, whichever
 //     "auto" timed faster for that intermediate (pointwise_stage); for an NCHW input "auto" also times it against
-//     the pair through channels-last (ATen's depthwise and the same 1x1 stage in NHWC; mixed_layout);
+//     the pair through channels-last (ATen's depthwise and the same 1x1 stage in NHWC);
 //   - "aten": ATen's two convolutions.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -160,33 +160,14 @@ at::Tensor pointwise_stage(const at::Tensor& mid, const at::Tensor& input, const
       [&] { return aten_pointwise(mid, input, pointwise_weight, pointwise_bias); });
 }
 
-// Where the mixed path runs, for an input in NCHW (or strided) with more than one channel and pixel, not fp64: in
-// the input's layout or through channels-last; elsewhere the round trip would change nothing (or, for fp64, gain
-// nothing), and it runs in the input's layout. Why the round trip: on small planes of many channels (7x7 and 14x14
-// layers at batch 32) the NCHW depthwise kernels reach a fifth of the floor and the NCHW 1x1 is a GEMM per 49-pixel
-// image, while in NHWC the depthwise runs across channels and the 1x1 is one GEMM over every pixel: Inductor lays
-// these graphs out channels-last in inference and ran them 8-27% faster than every NCHW path of the op (H200,
-// 2026-11-28 07:08 UTC, bench/RESULTS.md). Under "auto" the mixed path decides it per problem, as a problem of its
-// own (kMixedOp in convops.path_choices(): "convops" is the round trip, "aten" the input's layout), the round trip
-// only where it is 3% faster: its two copies and three to four more launches cost more where the host is the limit
-// than the decision's timing (behind a GPU spin) shows, so a near tie keeps the input's layout. Under a fixed policy
-// the mixed path keeps the input's layout; in CUDA graph capture an undecided problem takes the round trip (the
-// "convops" side, nothing can be timed). CONVOPS_SEPARABLE_MIXED=input or =channels_last (read each call) takes one
-// of them wherever the round trip applies, whatever the policy: for tests and timing.
-enum class MixedLayout { kDecide, kInput, kChannelsLast };
-
-MixedLayout mixed_layout(const at::Tensor& input) {
-  const bool round_trip_applies = input.scalar_type() != at::kDouble &&
-                                  input.suggest_memory_format() == at::MemoryFormat::Contiguous &&
-                                  input.size(1) > 1 && input.size(2) * input.size(3) > 1;
-  if (!round_trip_applies) return MixedLayout::kInput;
-  const char* env = std::getenv("CONVOPS_SEPARABLE_MIXED");
-  if (env != nullptr && std::strcmp(env, "input") == 0) return MixedLayout::kInput;
-  if (env != nullptr && std::strcmp(env, "channels_last") == 0) return MixedLayout::kChannelsLast;
-  return path_policy() == PathPolicy::kAuto ? MixedLayout::kDecide : MixedLayout::kInput;
-}
-
-constexpr const char* kMixedOp = "convops::depthwise_separable_conv2d.mixed";
+// The layout the mixed path runs in (path_choice.cuh, layout_for; CONVOPS_SEPARABLE_MIXED=input|channels_last):
+// the input's, or the round trip through channels-last, decided under "auto" as kMixedLayoutOp. Why the round trip:
+// on small planes of many channels (7x7 and 14x14 layers at batch 32) the NCHW depthwise kernels reach a fifth of
+// the floor and the NCHW 1x1 is a GEMM per 49-pixel image, while in NHWC the depthwise runs across channels and the
+// 1x1 is one GEMM over every pixel: Inductor, which lays these graphs out so, ran them 8-27% faster than every NCHW
+// path of the op (H200, 2026-11-28 07:08 UTC, bench/RESULTS.md). In CUDA graph capture an undecided problem takes
+// the round trip (the "convops" side: nothing can be timed).
+constexpr const char* kMixedLayoutOp = "convops::depthwise_separable_conv2d.mixed_layout";
 
 at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Tensor& depthwise_weight,
                                            const std::optional<at::Tensor>& depthwise_bias,
@@ -215,19 +196,19 @@ at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Te
   // Through channels-last, as Inductor runs the pair: the input copied to NHWC, ATen's (cuDNN's) NHWC depthwise, the
   // 1x1 stage on the NHWC intermediate (its own GEMM-or-cuDNN decision), the output copied back to the input's layout.
   const auto mixed_through_channels_last = [&] {
-    const at::Tensor x = input.contiguous(at::MemoryFormat::ChannelsLast);
+    const at::Tensor x = channels_last_copy(input);
     const at::Tensor mid = at::convolution(x, depthwise_weight, depthwise_bias, stride, padding, dilation, false,
                                            {0, 0}, d.in_channels)
                                .contiguous(at::MemoryFormat::ChannelsLast);
     return pointwise_stage(mid, x, pointwise_weight, pointwise_bias).contiguous(input.suggest_memory_format());
   };
   const auto mixed = [&] {
-    switch (mixed_layout(input)) {
-      case MixedLayout::kInput: return mixed_in_input_layout();
-      case MixedLayout::kChannelsLast: return mixed_through_channels_last();
-      case MixedLayout::kDecide: break;
+    switch (layout_for(input, "CONVOPS_SEPARABLE_MIXED")) {
+      case Layout::kInput: return mixed_in_input_layout();
+      case Layout::kChannelsLast: return mixed_through_channels_last();
+      case Layout::kDecide: break;
     }
-    return run_chosen_path(problem_key(kMixedOp, input, depthwise_weight, depthwise_bias, pointwise_weight,
+    return run_chosen_path(problem_key(kMixedLayoutOp, input, depthwise_weight, depthwise_bias, pointwise_weight,
                                        pointwise_bias, stride, padding, dilation),
                            mixed_through_channels_last, mixed_in_input_layout);
   };
