@@ -46,3 +46,21 @@ def test_arch_list_builds_hopper_as_sm90a(monkeypatch, requested, arches, flags)
     assert got == flags + told
     assert os.environ["TORCH_CUDA_ARCH_LIST"] == arches
     assert _get_cuda_arch_flags(got) == []  # torch then keeps exactly these
+
+
+def test_every_switch_the_kernels_read_is_in_the_readme():
+    """Each CONVOPS_* environment variable that the C++/CUDA sources read (getenv or tuning_value) is named in the
+    README, so that no behaviour hides behind an undocumented switch."""
+    import glob
+    import re
+
+    root = os.path.dirname(SETUP)
+    sources = glob.glob(os.path.join(root, "convops", "csrc", "**", "*.*"), recursive=True)
+    read = set()
+    for path in sources:
+        with open(path) as f:
+            read |= set(re.findall(r"(?:getenv|tuning_value)\(\s*\"(CONVOPS_[A-Z0-9_]+)\"", f.read()))
+    with open(os.path.join(root, "README.md")) as f:
+        readme = f.read()
+    assert len(read) >= 10, read  # the pattern still finds them
+    assert sorted(v for v in read if v not in readme) == []
