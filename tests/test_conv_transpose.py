@@ -826,3 +826,48 @@ def test_gradients_match_aten(device, wanted):
         assert (got is None) == (not flag)
         if flag:
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", sorted(NAMED))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("aten_layout", ["input", "channels_last"])
+def test_cuda_aten_path_in_either_layout(monkeypatch, name, dtype, layout, aten_layout):
+    """The op's ATen path in the input's layout and through channels-last (the input copied to NHWC / NDHWC, cuDNN's
+    transposed convolution there, the output copied back), each forced by CONVOPS_CONV_TRANSPOSE_LAYOUT under the
+    "aten" policy: both agree with the float64 reference and give an output dense in the input's layout (NCHW for a
+    strided view too). fp32 strict: cuDNN's TF32 algorithms differ from the RN-rounded reference by more than the
+    TF32 accumulation tolerance allows for some shapes (the bench checks TF32 against eager at 5e-3)."""
+    monkeypatch.setenv("CONVOPS_CONV_TRANSPOSE_LAYOUT", aten_layout)
+    with convops.forced_path("aten"):
+        check_against_aten(NAMED[name], dtype, "cuda", layout, tf32=False)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_cuda_auto_decides_the_aten_paths_layout_as_a_problem_of_its_own(dims, layout):
+    """Under "auto" the op's first call times its ATen path in the input's layout against the round trip through
+    channels-last, as "<op>.aten_layout" ("convops" the round trip, "aten" the input's layout), once, beside the op's
+    own decision; an input that is channels-last already has no such decision. Either way the output agrees with the
+    reference and the second call (the recorded decisions) gives the same bits."""
+    case = NAMED["wide_channels"] if dims == 2 else NAMED["stride_and_dilation_coprime"]
+    op_name = f"convops::conv_transpose{dims}d"
+    x, w, b = case.tensors(torch.float32, "cuda", layout)
+    convops.clear_path_choices()
+    with allow_tf32(False), convops.forced_path("auto"):
+        first = OPS[dims][0](x, w, b, **case.params())
+        again = OPS[dims][0](x, w, b, **case.params())
+    choices = convops.path_choices()
+    own = [c for c in choices if c.problem.startswith(f"{op_name} cuda:0 ")]
+    inner = [c for c in choices if c.problem.startswith(f"{op_name}.aten_layout cuda:0 ")]
+    assert len(own) == 1 and len(own) + len(inner) == len(choices), choices
+    assert len(inner) == (layout == "contiguous"), choices
+    for c in inner:
+        assert c.path in ("convops", "aten") and c.convops_ms > 0 and c.aten_ms > 0 and c.mixed_ms is None, c
+    bias64 = b.detach().cpu().double()
+    expected = reference(lambda x, w: OPS[dims][1](x, w, bias64, **case.params()), x, w, tf32_inputs=False)
+    assert_close(first, expected, torch.float32)
+    assert_output_layout(first, x)
+    torch.testing.assert_close(again, first, atol=0, rtol=0)

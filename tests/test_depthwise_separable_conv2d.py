@@ -239,6 +239,28 @@ def test_cuda_mixed_path_tf32_gemm_rounds_its_operands(layout):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("mixed", ["input", "channels_last"])
+def test_cuda_mixed_path_in_either_layout(monkeypatch, case, dtype, layout, mixed):
+    """The mixed path in the input's layout (the convops depthwise kernel) and through channels-last (ATen's NHWC
+    depthwise, the 1x1 on the NHWC intermediate, the output copied back; no convops kernel at all), each forced by
+    CONVOPS_SEPARABLE_MIXED, with every fused kernel left out (CONVOPS_SEPARABLE_KERNEL=none: the convops path is
+    the mixed one): both agree with the reference and give an output dense in the input's layout (NCHW for a
+    strided view too)."""
+    monkeypatch.setenv("CONVOPS_SEPARABLE_KERNEL", "none")
+    monkeypatch.setenv("CONVOPS_SEPARABLE_MIXED", mixed)
+    args = make_problem(case, dtype, "cuda", layout)
+    with convops.forced_path("convops"):
+        ran = cuda_kernels_run(lambda: convops.depthwise_separable_conv2d(*args))
+        check_against_reference(case, dtype, "cuda", layout, unfused=True)
+    convops_kernels = {name for name in ran if "convops" in name}
+    round_trip = mixed == "channels_last" and case[1] > 1  # one input channel: NCHW is NHWC already
+    assert (not convops_kernels) == round_trip, ran
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_one_channel_channels_last_output_stays_channels_last(dtype):
     """With one input channel a channels-last tensor is NCHW-contiguous too: the mixed path must pick its GEMM by the

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -504,7 +505,18 @@ at::Tensor conv_transpose_kernel_path(const char* op, const at::Tensor& input, c
   return output;
 }
 
-// The convops path, or ATen's transposed convolution where that is faster (cuda/path_choice.cuh).
+// ATen's transposed convolution of `x`, its output dense in `input`'s memory format.
+at::Tensor aten_conv_transpose(const at::Tensor& x, const at::Tensor& input, const at::Tensor& weight,
+                               const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args) {
+  return at::convolution(x, weight, bias, args.stride, args.padding, args.dilation, /*transposed=*/true,
+                         args.output_padding, args.groups)
+      .contiguous(input.suggest_memory_format());
+}
+
+// The convops path, or ATen's transposed convolution where that is faster (cuda/path_choice.cuh). ATen's runs in the
+// input's layout or on a channels-last copy (path_choice.cuh, layout_for; CONVOPS_CONV_TRANSPOSE_LAYOUT=input|
+// channels_last), decided under "auto" as "<op>.aten_layout": cuDNN's NHWC kernels ran UNet's k3 stride-2 layers
+// 1.4-2x faster than its NCHW ones in TF32 and bf16 (H200, 2026-11-27), and Inductor lays them out so.
 at::Tensor conv_transpose_cuda(const char* op, const at::Tensor& input, const at::Tensor& weight,
                                const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args) {
   const c10::cuda::CUDAGuard guard(input.device());
@@ -512,15 +524,27 @@ at::Tensor conv_transpose_cuda(const char* op, const at::Tensor& input, const at
   // Whether the convops path is the GEMM depends on a flag outside the key's tensors (deterministic algorithms): it
   // is part of the problem, so that a decision timed with one implementation is not reused for the other.
   const bool gemm = cuda::conv_transpose_gemm_applies(input, weight, args);
+  const auto aten_in_input_layout = [&] { return aten_conv_transpose(input, input, weight, bias, args); };
+  const auto aten_through_channels_last = [&] {
+    return aten_conv_transpose(cuda::channels_last_copy(input), input, weight, bias, args);
+  };
+  const auto aten_path = [&] {
+    switch (cuda::layout_for(input, "CONVOPS_CONV_TRANSPOSE_LAYOUT")) {
+      case cuda::Layout::kInput: return aten_in_input_layout();
+      case cuda::Layout::kChannelsLast: return aten_through_channels_last();
+      case cuda::Layout::kDecide: break;
+    }
+    const std::string layout_op = std::string(op) + ".aten_layout";
+    return cuda::run_chosen_path(
+        cuda::problem_key(layout_op.c_str(), input, weight, bias, at::IntArrayRef(args.stride),
+                          at::IntArrayRef(args.padding), at::IntArrayRef(args.output_padding), args.groups,
+                          at::IntArrayRef(args.dilation)),
+        aten_through_channels_last, aten_in_input_layout);
+  };
   return cuda::run_chosen_path(
       cuda::problem_key(op, input, weight, bias, at::IntArrayRef(args.stride), at::IntArrayRef(args.padding),
                         at::IntArrayRef(args.output_padding), args.groups, at::IntArrayRef(args.dilation), gemm),
-      [&] { return conv_transpose_kernel_path(op, input, weight, bias, args); },
-      [&] {
-        return at::convolution(input, weight, bias, args.stride, args.padding, args.dilation, /*transposed=*/true,
-                               args.output_padding, args.groups)
-            .contiguous(input.suggest_memory_format());
-      });
+      [&] { return conv_transpose_kernel_path(op, input, weight, bias, args); }, aten_path);
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 //     tile kernel (depthwise_separable_conv2d_pipelined.cuh), both with the 1x1 on tensor cores; elsewhere the
 //     "convops" path is the mixed one;
 //   - "mixed": the convops depthwise kernel, then the 1x1 as a cuBLAS GEMM or as ATen's 1x1 convolution, whichever
-//     "auto" timed faster for that intermediate (pointwise_stage);
+//     "auto" timed faster for that intermediate (pointwise_stage); for an NCHW input "auto" also times it against
+//     the pair through channels-last (ATen's depthwise and the same 1x1 stage in NHWC);
 //   - "aten": ATen's two convolutions.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -47,9 +48,10 @@ struct Operands {
 
 // Which fused kernels may run (read each call). Normally any: the dispatch picks. CONVOPS_SEPARABLE_KERNEL=small
 // takes the small-problem kernel wherever it applies, not only where it pays; =streaming leaves the small-problem
-// kernel out; =tile leaves out both it and the row-streaming kernel. For tests and for timing the kernels against each
-// other; a kernel that does not take the problem falls through to the next.
-enum class FusedChoice { kAny, kSmall, kStreaming, kTile };
+// kernel out; =tile leaves out both it and the row-streaming kernel; =none leaves out every fused kernel, so that the
+// convops path is the mixed one. For tests and for timing the kernels and paths against each other; a kernel that
+// does not take the problem falls through to the next.
+enum class FusedChoice { kAny, kSmall, kStreaming, kTile, kNone };
 
 FusedChoice fused_choice() {
   const char* env = std::getenv("CONVOPS_SEPARABLE_KERNEL");
@@ -57,6 +59,7 @@ FusedChoice fused_choice() {
   if (std::strcmp(env, "small") == 0) return FusedChoice::kSmall;
   if (std::strcmp(env, "streaming") == 0) return FusedChoice::kStreaming;
   if (std::strcmp(env, "tile") == 0) return FusedChoice::kTile;
+  if (std::strcmp(env, "none") == 0) return FusedChoice::kNone;
   return FusedChoice::kAny;
 }
 
@@ -64,8 +67,8 @@ FusedChoice fused_choice() {
 // it pays, else the row-streaming one where it applies, else the tile one; false where the problem is outside every
 // scope.
 bool fused_kernel(const Operands& o, const at::Tensor& output, const DepthwiseGeometry& d, bool dry_run) {
-  if (o.input.scalar_type() == at::kDouble) return false;
   const FusedChoice choice = fused_choice();
+  if (o.input.scalar_type() == at::kDouble || choice == FusedChoice::kNone) return false;
   const bool small = choice == FusedChoice::kSmall ||
                      (choice == FusedChoice::kAny && small_separable_pays(d, o.pw_weight.size(0)));
   const bool streaming = choice != FusedChoice::kTile;
@@ -157,6 +160,15 @@ at::Tensor pointwise_stage(const at::Tensor& mid, const at::Tensor& input, const
       [&] { return aten_pointwise(mid, input, pointwise_weight, pointwise_bias); });
 }
 
+// The layout the mixed path runs in (path_choice.cuh, layout_for; CONVOPS_SEPARABLE_MIXED=input|channels_last):
+// the input's, or the round trip through channels-last, decided under "auto" as kMixedLayoutOp. Why the round trip:
+// on small planes of many channels (7x7 and 14x14 layers at batch 32) the NCHW depthwise kernels reach a fifth of
+// the floor and the NCHW 1x1 is a GEMM per 49-pixel image, while in NHWC the depthwise runs across channels and the
+// 1x1 is one GEMM over every pixel: Inductor, which lays these graphs out so, ran them 8-27% faster than every NCHW
+// path of the op (H200, 2026-11-28 07:08 UTC, bench/RESULTS.md). In CUDA graph capture an undecided problem takes
+// the round trip (the "convops" side: nothing can be timed).
+constexpr const char* kMixedLayoutOp = "convops::depthwise_separable_conv2d.mixed_layout";
+
 at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Tensor& depthwise_weight,
                                            const std::optional<at::Tensor>& depthwise_bias,
                                            const at::Tensor& pointwise_weight,
@@ -174,12 +186,31 @@ at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Te
 
   const Operands o{input, depthwise_weight.contiguous(), pointwise_weight.contiguous(),
                    contiguous_or_none(depthwise_bias), contiguous_or_none(pointwise_bias)};
-  // The mixed path: the convops depthwise kernel into an intermediate in the input's dtype (exactly as the ATen pair
-  // stores it), then the 1x1.
-  const auto mixed = [&] {
+  // The mixed path in the input's layout: the convops depthwise kernel into an intermediate in the input's dtype
+  // (exactly as the ATen pair stores it), then the 1x1.
+  const auto mixed_in_input_layout = [&] {
     auto mid = empty_output(input, {d.batch, d.out_channels, d.out_h, d.out_w});
     depthwise_conv2d_into(input, depthwise_weight, depthwise_bias, mid, d, kOp);
     return pointwise_stage(mid, input, pointwise_weight, pointwise_bias);
+  };
+  // Through channels-last, as Inductor runs the pair: the input copied to NHWC, ATen's (cuDNN's) NHWC depthwise, the
+  // 1x1 stage on the NHWC intermediate (its own GEMM-or-cuDNN decision), the output copied back to the input's layout.
+  const auto mixed_through_channels_last = [&] {
+    const at::Tensor x = channels_last_copy(input);
+    const at::Tensor mid = at::convolution(x, depthwise_weight, depthwise_bias, stride, padding, dilation, false,
+                                           {0, 0}, d.in_channels)
+                               .contiguous(at::MemoryFormat::ChannelsLast);
+    return pointwise_stage(mid, x, pointwise_weight, pointwise_bias).contiguous(input.suggest_memory_format());
+  };
+  const auto mixed = [&] {
+    switch (layout_for(input, "CONVOPS_SEPARABLE_MIXED")) {
+      case Layout::kInput: return mixed_in_input_layout();
+      case Layout::kChannelsLast: return mixed_through_channels_last();
+      case Layout::kDecide: break;
+    }
+    return run_chosen_path(problem_key(kMixedLayoutOp, input, depthwise_weight, depthwise_bias, pointwise_weight,
+                                       pointwise_bias, stride, padding, dilation),
+                           mixed_through_channels_last, mixed_in_input_layout);
   };
   // The convops path: the fused kernel where it applies, the mixed path elsewhere (channels-last inputs, strides,
   // dilations, other paddings and filters, channel counts whose weights do not fit next to its pipeline, fp64).
