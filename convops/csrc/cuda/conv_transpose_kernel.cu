@@ -349,7 +349,7 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   const auto by_order = [&](auto n, auto mb) {
     constexpr int kN = decltype(n)::value, kMB = decltype(mb)::value;
     const auto with = [&](auto quartets) {
-      if constexpr (Math::kRoundedSums && kMB > (kN == 24 ? 4 : 2)) {  // choose_plan never picks them
+      if constexpr (Math::kRoundedSums && kMB > sg::rounded_sums_row_blocks(kN)) {  // choose_plan never picks them
         TORCH_INTERNAL_ASSERT(false, "shift_gemm: no rounded-sums kernel with ", kMB, " row blocks");
       } else {
         constexpr bool kQuartets = decltype(quartets)::value;
@@ -465,9 +465,7 @@ bool launch_tf32x3(const char* op, const at::Tensor& input, const at::Tensor& we
 
 at::Tensor conv_transpose_kernel_path(const char* op, const at::Tensor& input, const at::Tensor& weight,
                                       const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args) {
-  std::vector<int64_t> sizes{input.size(0), weight.size(1) * args.groups};
-  sizes.insert(sizes.end(), args.output_size.begin(), args.output_size.end());
-  at::Tensor output = empty_output(input, sizes);
+  at::Tensor output = empty_conv_transpose_output(input, weight, args);
   if (output.numel() == 0) return output;
   if (cuda::conv_transpose_gemm_applies(input, weight, args)) {
     cuda::conv_transpose_as_gemm(input, weight, bias, args, output);
