@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 import convops
-from convops.path_choice import SEPARABLE_POINTWISE
+from convops.path_choice import stage_of
 
 from . import quiet
 from .cases import Case
@@ -90,20 +90,27 @@ def _column_result(status: str, ms=None, max_error=None, first_call_s=None, note
             "path": path, "decisions": decisions}
 
 
-# The separable op's mixed path decides its 1x1 as a problem of its own: "convops" = cuBLAS GEMM, "aten" = cuDNN.
-_POINTWISE = SEPARABLE_POINTWISE + " "
-_POINTWISE_NAMES = {"convops": "gemm", "aten": "cudnn"}
+# Decisions made inside a path (convops.path_choice.stage_of), by stage: a title and what each path means.
+_STAGES = {"mixed_layout": ("", {"convops": "channels-last", "aten": "input layout"}),
+           "aten_layout": ("ATen ", {"convops": "channels-last", "aten": "input layout"}),
+           "pointwise": ("1x1 ", {"convops": "gemm", "aten": "cudnn"})}
 
 
 def _chosen_path() -> str:
     """What the "auto" policy chose in the call just made: "convops", "aten", "mixed", or e.g. "aten+convops"
-    where one model call made several decisions; the separable op's 1x1 decision, where one was made, follows as
-    " (1x1 gemm)" or " (1x1 cudnn)" (made in the decision's warm-up, it is there whichever path won)."""
+    where one model call made several decisions; the decisions made inside a path, where made, follow in
+    parentheses, e.g. " (channels-last, 1x1 cudnn)" for the separable mixed path's layout and 1x1, " (ATen
+    channels-last)" for conv_transpose's ATen path (made in the decision's warm-up, they are there whichever path
+    won)."""
     choices = convops.path_choices()
-    ops = sorted({c.path for c in choices if not c.problem.startswith(_POINTWISE)})
-    pointwise = sorted({_POINTWISE_NAMES[c.path] for c in choices if c.problem.startswith(_POINTWISE)})
+    ops = sorted({c.path for c in choices if stage_of(c.problem) is None})
     label = "+".join(ops) if ops else "convops"
-    return f"{label} (1x1 {'+'.join(pointwise)})" if pointwise else label
+    details = []
+    for stage, (title, names) in _STAGES.items():
+        taken = sorted({names[c.path] for c in choices if stage_of(c.problem) == stage})
+        if taken:
+            details.append(title + "+".join(taken))
+    return f"{label} ({', '.join(details)})" if details else label
 
 
 def _first_line(exc: BaseException) -> str:

@@ -48,18 +48,32 @@ def forced_path(policy: str) -> Iterator[None]:
         set_path_policy(previous)
 
 
-# The problem name under which the separable op's mixed path records the decision of its 1x1 (csrc/cuda/
-# depthwise_separable_conv2d_kernel.cu, kPointwiseOp): "convops" is the cuBLAS GEMM, "aten" cuDNN's 1x1.
+# Decisions that a path makes inside an op's own, each recorded as a problem of its own named "<op>.<stage>":
+# - "convops::depthwise_separable_conv2d.pointwise": the mixed path's 1x1, "convops" a cuBLAS GEMM, "aten" cuDNN's 1x1
+#   (csrc/cuda/depthwise_separable_conv2d_kernel.cu, kPointwiseOp);
+# - "convops::depthwise_separable_conv2d.mixed_layout": for an NCHW input, the mixed path's layout, "convops" the round
+#   trip through channels-last (ATen's NHWC depthwise, the 1x1 in NHWC, the output copied back), taken where it leads
+#   by 3%, "aten" the input's layout (the convops depthwise kernel);
+# - "convops::conv_transpose2d.aten_layout" / "convops::conv_transpose3d.aten_layout": for an NCHW / NCDHW input, the
+#   ATen path's layout, "convops" its round trip through channels-last, "aten" the input's layout
+#   (csrc/cuda/path_choice.cuh, layout_for).
 SEPARABLE_POINTWISE = "convops::depthwise_separable_conv2d.pointwise"
+SEPARABLE_MIXED_LAYOUT = "convops::depthwise_separable_conv2d.mixed_layout"
+
+
+def stage_of(problem: str) -> str | None:
+    """The stage a decision's problem is of ("pointwise", "mixed_layout", "aten_layout"), or None for an op's own."""
+    op = problem.split(" ", 1)[0]
+    return op.rpartition(".")[2] if "." in op else None
 
 
 class PathChoice(NamedTuple):
     """One decision of "auto": the problem (op, device, TF32, tensors' dtype/sizes/strides, parameters), the path
     it took and the median time of each path. Paths: "convops" (the op's own kernel), "aten" (the ATen composition it
     replaces) and, for ops that offer one, "mixed" (convops' kernel for part of the work, ATen for the rest: the
-    separable op's convops depthwise kernel followed by the 1x1); mixed_ms is None where there is none. That 1x1 is
-    decided as a problem of its own, "convops::depthwise_separable_conv2d.pointwise": "convops" is a cuBLAS GEMM,
-    "aten" ATen's 1x1 convolution."""
+    separable op's convops depthwise kernel followed by the 1x1); mixed_ms is None where there is none. Decisions
+    made inside a path are problems of their own, "<op>.<stage>" (stage_of; the module's comment above lists
+    them)."""
     problem: str
     path: str
     convops_ms: float

@@ -113,7 +113,7 @@ def tf32_accumulation_tolerance(case: Case, tf32: bool) -> dict:
     return dict(atol=tol, rtol=tol)
 
 
-def check_against_aten(case: Case, dtype, device, layout, tf32: bool | None = None):
+def check_against_aten(case: Case, dtype, device, layout, tf32: bool | None = None, **overrides):
     ours, aten, _ = OPS[case.dims]
     x, w, b = case.tensors(dtype, device, layout)
     poison_allocator(device, case.output_numel() * x.element_size())
@@ -123,7 +123,7 @@ def check_against_aten(case: Case, dtype, device, layout, tf32: bool | None = No
     bias64 = None if b is None else b.detach().cpu().double()
     expected = reference(lambda x, w: aten(x, w, bias64, **case.params()), x, w, tf32_inputs=rounded)
     assert y.shape == expected.shape and y.dtype == dtype and y.device == x.device
-    assert_close(y, expected, dtype, **tf32_accumulation_tolerance(case, rounded))
+    assert_close(y, expected, dtype, **(overrides or tf32_accumulation_tolerance(case, rounded)))
     assert_output_layout(y, x)
 
 
@@ -826,3 +826,52 @@ def test_gradients_match_aten(device, wanted):
         assert (got is None) == (not flag)
         if flag:
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", sorted(NAMED))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("aten_layout", ["input", "channels_last"])
+def test_cuda_aten_path_in_either_layout(monkeypatch, name, dtype, layout, aten_layout):
+    """The op's ATen path in the input's layout and through channels-last (the input copied to NHWC / NDHWC, cuDNN's
+    transposed convolution there, the output copied back), each forced by CONVOPS_CONV_TRANSPOSE_LAYOUT under the
+    "aten" policy: both agree with the float64 reference and give an output dense in the input's layout (NCHW for a
+    strided view too). fp32 strict: cuDNN's TF32 algorithms differ from the RN-rounded reference by more than the
+    TF32 accumulation tolerance allows for some shapes (the bench checks TF32 against eager at 5e-3). fp16 at twice
+    its tolerance: cuDNN's own NCHW kernel, eager's, missed it by up to 2x on large_kernel_2d (H200, 2026-11-28)."""
+    monkeypatch.setenv("CONVOPS_CONV_TRANSPOSE_LAYOUT", aten_layout)
+    overrides = dict(atol=4e-3, rtol=4e-3) if dtype == torch.float16 else {}
+    with convops.forced_path("aten"):
+        check_against_aten(NAMED[name], dtype, "cuda", layout, tf32=False, **overrides)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_cuda_auto_decides_the_aten_paths_layout_as_a_problem_of_its_own(dims, layout):
+    """Under "auto" the op's first call times its ATen path in the input's layout against the round trip through
+    channels-last, as "<op>.aten_layout" ("convops" the round trip, "aten" the input's layout), once, beside the op's
+    own decision; an input that is channels-last already has no such decision. Either way the output agrees with the
+    reference, and so does the second call (the recorded decisions; not to the bit: cuDNN's transposed convolution
+    is its data gradient, whose algorithms may add with atomics)."""
+    case = NAMED["wide_channels"] if dims == 2 else NAMED["stride_and_dilation_coprime"]
+    op_name = f"convops::conv_transpose{dims}d"
+    x, w, b = case.tensors(torch.float32, "cuda", layout)
+    convops.clear_path_choices()
+    with allow_tf32(False), convops.forced_path("auto"):
+        first = OPS[dims][0](x, w, b, **case.params())
+        again = OPS[dims][0](x, w, b, **case.params())
+    choices = convops.path_choices()
+    own = [c for c in choices if c.problem.startswith(f"{op_name} cuda:0 ")]
+    inner = [c for c in choices if c.problem.startswith(f"{op_name}.aten_layout cuda:0 ")]
+    assert len(own) == 1 and len(own) + len(inner) == len(choices), choices
+    assert len(inner) == (layout == "contiguous"), choices
+    for c in inner:
+        assert c.path in ("convops", "aten") and c.convops_ms > 0 and c.aten_ms > 0 and c.mixed_ms is None, c
+    bias64 = b.detach().cpu().double()
+    expected = reference(lambda x, w: OPS[dims][1](x, w, bias64, **case.params()), x, w, tf32_inputs=False)
+    assert_close(first, expected, torch.float32)
+    assert_close(again, expected, torch.float32)
+    assert_output_layout(first, x)
+    assert_output_layout(again, x)

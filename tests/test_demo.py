@@ -15,7 +15,7 @@ import torch
 
 import convops
 from convops import demo, path_choice
-from convops.path_choice import SEPARABLE_POINTWISE
+from convops.path_choice import SEPARABLE_MIXED_LAYOUT, SEPARABLE_POINTWISE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ lives beside the package, not inside it
 from bench import cases as bench_cases  # noqa: E402
@@ -222,8 +222,9 @@ def test_bench_op_column_records_its_decisions():
     convops.path_choices() prints them; the other columns have none."""
     case = bench_cases.Case("seed/tiny_dws", lambda: demo.DepthwiseSeparableConv2d(4, 8, 3, padding=1),
                             (2, 4, 9, 9))
-    record = runner.run_case(case, timing.MODES["fp32"], _cpu_plan(("eager", "convops_op")), device="cuda",
-                             timer=lambda fn: 1.0)
+    with convops.forced_path("auto"):  # the bench runs under the default policy; tests/conftest.py forces "convops"
+        record = runner.run_case(case, timing.MODES["fp32"], _cpu_plan(("eager", "convops_op")), device="cuda",
+                                 timer=lambda fn: 1.0)
     op = record["columns"]["convops_op"]
     assert op["status"] == "ok" and op["decisions"], op
     assert any(d.startswith("convops::depthwise_separable_conv2d cuda:0 ") for d in op["decisions"]), op
@@ -368,10 +369,16 @@ def test_bench_times_launch_bound_cases_in_interleaved_rounds(monkeypatch):
     ([("convops::depthwise_separable_conv2d cuda:0 Float[1]", "convops"),
       (f"{SEPARABLE_POINTWISE} cuda:0 Float[1]", "convops"),
       ("convops::depthwise_conv2d cuda:0 Float[1]", "aten")], "aten+convops (1x1 gemm)"),
+    ([("convops::depthwise_separable_conv2d cuda:0 Float[1]", "mixed"),
+      (f"{SEPARABLE_MIXED_LAYOUT} cuda:0 Float[1]", "convops"),
+      (f"{SEPARABLE_POINTWISE} cuda:0 Float[1]", "aten"),
+      (f"{SEPARABLE_POINTWISE} cuda:0 Float[2]", "convops")], "mixed (channels-last, 1x1 cudnn+gemm)"),
+    ([(f"{SEPARABLE_MIXED_LAYOUT} cuda:0 Float[1]", "aten")], "convops (input layout)"),
 ])
 def test_bench_op_path_names_the_ops_decisions_and_the_separable_1x1_apart(monkeypatch, paths, label):
-    """The "op path" column: the ops' own decisions joined, the separable mixed path's 1x1 decision as a suffix
-    (its "convops" is the cuBLAS GEMM, its "aten" cuDNN's 1x1), never mixed into the ops' paths."""
+    """The "op path" column: the ops' own decisions joined, the separable mixed path's layout and 1x1 decisions in a
+    suffix (layout: "convops" channels-last, "aten" the input's; 1x1: "convops" the cuBLAS GEMM, "aten" cuDNN's 1x1),
+    never mixed into the ops' paths."""
     choices = [convops.PathChoice(problem, path, 1.0, 2.0) for problem, path in paths]
     monkeypatch.setattr(runner.convops, "path_choices", lambda: choices)
     assert runner._chosen_path() == label

@@ -238,6 +238,62 @@ def test_cuda_mixed_path_tf32_gemm_rounds_its_operands(layout):
     assert rounded == (layout == "contiguous"), ran
 
 
+def to_nhwc_stage_fits(case, dtype) -> bool:
+    """Whether the NCHW -> NHWC depthwise kernel's stage fits its shared memory (csrc/cuda/depthwise_conv2d_to_nhwc.cuh,
+    smem_bytes and kMaxSmem): the input planes of 32 output channels, plus 16 elements of alignment slack."""
+    n, c, m, c_out, h, w = case[:6]
+    planes = min(32, 31 // m + 2)
+    return (planes * h * w + 16) * torch.empty((), dtype=dtype).element_size() <= 100 * 1024
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("mixed", ["input", "channels_last"])
+def test_cuda_mixed_path_in_either_layout(monkeypatch, case, dtype, layout, mixed):
+    """The mixed path in the input's layout (the convops NCHW depthwise kernels) and through channels-last (the
+    depthwise kernel from NCHW into NHWC, the 1x1 on the NHWC intermediate, the output transposed back with the 1x1's
+    bias), each forced by CONVOPS_SEPARABLE_MIXED, with every fused kernel left out (CONVOPS_SEPARABLE_KERNEL=none:
+    the convops path is the mixed one): both agree with the reference and give an output dense in the input's layout
+    (NCHW for a strided view too). The round trip takes dense NCHW inputs of more than one channel (a strided view
+    or one channel runs in the input's layout)."""
+    monkeypatch.setenv("CONVOPS_SEPARABLE_KERNEL", "none")
+    monkeypatch.setenv("CONVOPS_SEPARABLE_MIXED", mixed)
+    args = make_problem(case, dtype, "cuda", layout)
+    with convops.forced_path("convops"):
+        ran = cuda_kernels_run(lambda: convops.depthwise_separable_conv2d(*args))
+        check_against_reference(case, dtype, "cuda", layout, unfused=True)
+    round_trip = mixed == "channels_last" and case[1] > 1 and layout == "contiguous" and to_nhwc_stage_fits(case, dtype)
+    assert any("depthwise_to_nhwc_kernel" in name for name in ran) == round_trip, ran
+    assert any("batched_transpose_kernel" in name for name in ran) == round_trip, ran
+
+
+# Sweep-like problems for the round trip's kernels: several CTAs of 32 channels with a ragged last one, a multiplier,
+# stride 2, a 7x7 filter with a halo of 3, and an image count past one CTA row of the transpose.
+ROUND_TRIP_CASES = [
+    (3, 70, 1, 33, 7, 7, (3, 3), (1, 1), (1, 1), (1, 1), True, True),
+    (2, 40, 1, 24, 14, 14, (7, 7), (1, 1), (3, 3), (1, 1), True, True),
+    (5, 36, 2, 40, 13, 11, (5, 5), (2, 2), (2, 2), (1, 1), False, True),
+    (33, 48, 1, 65, 7, 7, (3, 3), (1, 1), (1, 1), (1, 1), True, False),
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", ROUND_TRIP_CASES, ids=lambda c: "x".join(map(str, c[:6])))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_round_trip_on_small_planes_of_many_channels(monkeypatch, case, dtype):
+    """The mixed path through channels-last on problems of the sweep's kind (many channels, small planes): the NCHW ->
+    NHWC depthwise kernel and the transpose back with the bias both run, and the output (poisoned before) agrees
+    with the reference, in NCHW."""
+    monkeypatch.setenv("CONVOPS_SEPARABLE_KERNEL", "none")
+    monkeypatch.setenv("CONVOPS_SEPARABLE_MIXED", "channels_last")
+    with convops.forced_path("convops"):
+        ran = cuda_kernels_run(lambda: check_against_reference(case, dtype, "cuda", "contiguous", unfused=True))
+    assert any("depthwise_to_nhwc_kernel" in name for name in ran), ran
+    assert any("batched_transpose_kernel" in name for name in ran), ran
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_one_channel_channels_last_output_stays_channels_last(dtype):

@@ -8,11 +8,12 @@ import pytest
 import torch
 
 import convops
-from convops.path_choice import SEPARABLE_POINTWISE  # the mixed path's 1x1, decided on its own
+# Decisions made inside a path (the separable mixed path's layout and 1x1, conv_transpose's ATen layout)
+from convops.path_choice import SEPARABLE_MIXED_LAYOUT, SEPARABLE_POINTWISE, stage_of
 from common_utils import allow_tf32, assert_close, make_tensor, poison_allocator, reference
 from fuzz_configs import OPS, draw
 from test_depthwise_conv2d import torch_depthwise
-from test_depthwise_separable_conv2d import separable_reference
+from test_depthwise_separable_conv2d import CUDNN_TF32_TOLERANCE, separable_reference
 from test_fuzz import compare
 
 SEPARABLE = "convops::depthwise_separable_conv2d"
@@ -70,10 +71,14 @@ def test_cuda_every_policy_gives_the_reference(op_name, policy):
         assert len(own) == 1, choices
         assert own[0].path in ("convops", "aten", "mixed") and own[0].convops_ms > 0, choices
         assert own[0].aten_ms > 0 and (own[0].mixed_ms is None or own[0].mixed_ms > 0), choices
-        # Besides: at most the separable mixed path's 1x1, decided once as a problem of its own.
+        # Besides, decisions made inside the op's paths, each a problem of its own ("<op>.<stage>"): the separable
+        # mixed path's layout (once) and its 1x1 (once per intermediate layout); conv_transpose's ATen path's layout.
         rest = [c for c in choices if c not in own]
-        assert len(rest) <= (op_name == "depthwise_separable_conv2d"), choices
-        assert all(c.problem.startswith(f"{SEPARABLE_POINTWISE} cuda:0 ") for c in rest), choices
+        stages = {"depthwise_separable_conv2d": {"mixed_layout": 1, "pointwise": 2},
+                  "conv_transpose2d": {"aten_layout": 1}, "conv_transpose3d": {"aten_layout": 1}}.get(op_name, {})
+        assert all(c.problem.startswith(f"convops::{op_name}.") and stage_of(c.problem) in stages for c in rest), choices
+        for stage, most in stages.items():
+            assert len([c for c in rest if stage_of(c.problem) == stage]) <= most, choices
     else:
         assert choices == []
 
@@ -241,12 +246,14 @@ def test_cuda_separable_times_its_mixed_path_where_the_fused_kernel_applies(dtyp
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.usefixtures("without_small_separable_kernel")
-def test_cuda_separable_mixed_path_decides_its_1x1_as_a_problem_of_its_own(dtype):
+def test_cuda_separable_mixed_path_decides_its_1x1_as_a_problem_of_its_own(monkeypatch, dtype):
     """The mixed path's 1x1 is a cuBLAS GEMM ("convops") or ATen's 1x1 convolution ("aten"), whichever "auto" timed
     faster for the intermediate: a decision of its own, one per intermediate, recorded with both timings and the
     intermediate's dtype, sizes and strides. Stride 2 keeps the problem outside the fused kernels (the small-problem
     one, which would take it, is left out), so the op's convops path is the mixed one, which its own decision runs
-    at least once (the warm-up); strict fp32, so that fp32 may take the GEMM too."""
+    at least once (the warm-up); strict fp32, so that fp32 may take the GEMM too. The mixed path stays in the input's
+    layout here (its layout decision: the next test)."""
+    monkeypatch.setenv("CONVOPS_SEPARABLE_MIXED", "input")
     x = make_tensor((3, 24, 15, 17), dtype, "cuda")
     dw, pw, pb = (make_tensor(shape, dtype, "cuda") for shape in [(24, 1, 5, 5), (40, 24, 1, 1), (40,)])
     args = (x, dw, None, pw, pb, [2, 2], [2, 2], [1, 1])
@@ -266,3 +273,80 @@ def test_cuda_separable_mixed_path_decides_its_1x1_as_a_problem_of_its_own(dtype
     assert_close(outputs[0], wants[0])
     torch.testing.assert_close(outputs[1], outputs[0], atol=0, rtol=0)  # the recorded decisions
     assert_close(outputs[2], wants[1])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tf32", [False, True])
+@pytest.mark.usefixtures("without_small_separable_kernel")
+def test_cuda_separable_mixed_path_decides_its_layout_as_a_problem_of_its_own(dtype, tf32):
+    """For an NCHW input the mixed path runs through channels-last ("convops": the convops depthwise kernel from NCHW
+    into NHWC, the 1x1 on the NHWC intermediate, the output copied back with the bias) or in the input's layout
+    ("aten"), whichever "auto" timed faster: one
+    decision per problem, recorded with both timings, beside the 1x1's decisions for the intermediate of each layout
+    (both run in the warm-up). The output is NCHW either way and agrees with the reference (at cuDNN's TF32
+    tolerance where TF32 is on: the NHWC 1x1 is cuDNN's there, and the NCHW one may be)."""
+    x = make_tensor((3, 24, 15, 17), dtype, "cuda")
+    dw, pw, pb = (make_tensor(shape, dtype, "cuda") for shape in [(24, 1, 5, 5), (40, 24, 1, 1), (40,)])
+    args = (x, dw, None, pw, pb, [2, 2], [2, 2], [1, 1])
+    convops.clear_path_choices()
+    with allow_tf32(tf32), convops.forced_path("auto"):
+        out = torch.ops.convops.depthwise_separable_conv2d(*args)
+        again = torch.ops.convops.depthwise_separable_conv2d(*args)
+        want = separable_reference(*args).cuda()
+    choices = convops.path_choices()
+    layout = [c for c in choices if c.problem.startswith(SEPARABLE_MIXED_LAYOUT + " cuda:0 ")]
+    assert len(layout) == 1 and layout[0].path in ("convops", "aten"), choices
+    assert layout[0].convops_ms > 0 and layout[0].aten_ms > 0 and layout[0].mixed_ms is None, choices
+    pointwise = [c for c in choices if c.problem.startswith(SEPARABLE_POINTWISE + " cuda:0 ")]
+    # The NCHW intermediate's and the NHWC one's (different strides); but in TF32 the NHWC 1x1 is cuDNN's alone
+    # (ATen's mm would not round as cuDNN does: cublas_gemm_matches_convolution).
+    assert len(pointwise) == (1 if dtype == torch.float32 and tf32 else 2), choices
+    assert out.is_contiguous() and again.is_contiguous()
+    assert_close(out, want, **(CUDNN_TF32_TOLERANCE if dtype == torch.float32 and tf32 else {}))
+    torch.testing.assert_close(again, out, atol=0, rtol=0)  # the recorded decisions
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["channels_last", "one_channel", "one_pixel"])
+def test_cuda_separable_mixed_path_has_no_layout_decision_where_the_round_trip_changes_nothing(layout):
+    """A channels-last input is NHWC already, and with one channel or one pixel NCHW and NHWC are the same bytes: no
+    layout decision is made there."""
+    channels, hw = {"channels_last": (8, 9), "one_channel": (1, 9), "one_pixel": (8, 1)}[layout]
+    x = make_tensor((2, channels, hw, hw), torch.float32, "cuda")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    dw, pw = make_tensor((channels, 1, 3, 3), torch.float32, "cuda"), make_tensor((6, channels, 1, 1), torch.float32,
+                                                                                 "cuda")
+    args = (x, dw, None, pw, None, [2, 2], [1, 1], [1, 1])
+    convops.clear_path_choices()
+    with allow_tf32(False), convops.forced_path("auto"):
+        out = torch.ops.convops.depthwise_separable_conv2d(*args)
+        want = separable_reference(*args).cuda()  # strict fp32, as the op ran
+    assert not [c for c in convops.path_choices() if c.problem.startswith(SEPARABLE_MIXED_LAYOUT)], convops.path_choices()
+    assert_close(out, want)
+
+
+@pytest.mark.cuda
+@pytest.mark.usefixtures("without_small_separable_kernel")
+def test_cuda_graph_capture_of_an_undecided_separable_problem_takes_the_round_trip_and_records_nothing():
+    """In capture nothing can be timed: an undecided NCHW separable problem off the fused kernels runs its convops
+    path, the mixed one, whose undecided layout takes its "convops" side, the channels-last round trip (the depthwise
+    kernel into NHWC, cuDNN's 1x1, the copy back: all capturable), and records no decision; the replayed graph then
+    computes the reference on new inputs, in NCHW."""
+    x = make_tensor((2, 12, 19, 21), torch.float32, "cuda")
+    dw, pw, pb = (make_tensor(shape, torch.float32, "cuda") for shape in [(12, 1, 3, 3), (20, 12, 1, 1), (20,)])
+    args = (dw, None, pw, pb, [2, 2], [1, 1], [1, 1])  # stride 2: no fused kernel but the small one, left out
+    convops.clear_path_choices()
+    with allow_tf32(False), convops.forced_path("auto"):
+        torch.ops.convops.depthwise_separable_conv2d(x[:1], *args)  # cuBLAS and cuDNN set up outside the capture
+        convops.clear_path_choices()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = torch.ops.convops.depthwise_separable_conv2d(x, *args)
+        assert convops.path_choices() == []
+        x.copy_(make_tensor(x.shape, torch.float32, "cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_close(out, separable_reference(x, *args).cuda())
+    assert out.is_contiguous()

@@ -57,6 +57,13 @@ ConvTransposeArgs check_conv_transpose_args(const char* op, const at::Tensor& in
   return args;
 }
 
+at::Tensor empty_conv_transpose_output(const at::Tensor& input, const at::Tensor& weight,
+                                       const ConvTransposeArgs& args) {
+  std::vector<int64_t> sizes{input.size(0), weight.size(1) * args.groups};
+  sizes.insert(sizes.end(), args.output_size.begin(), args.output_size.end());
+  return empty_output(input, sizes);
+}
+
 at::Tensor run_conv_transpose(const char* op, ConvTransposeKernel kernel, const at::Tensor& input,
                               const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                               at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,

@@ -27,6 +27,11 @@ ConvTransposeArgs check_conv_transpose_args(const char* op, const at::Tensor& in
                                             at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
                                             at::IntArrayRef dilation, int64_t spatial_dims);
 
+// The output of one call, uninitialised: (N, groups * C_out/group, *output_size), dense in
+// input.suggest_memory_format() (empty_output), as every device kernel returns it.
+at::Tensor empty_conv_transpose_output(const at::Tensor& input, const at::Tensor& weight,
+                                       const ConvTransposeArgs& args);
+
 // Signature of a device kernel: batched input, validated args -> output dense in input.suggest_memory_format().
 using ConvTransposeKernel = at::Tensor (*)(const char* op, const at::Tensor& input, const at::Tensor& weight,
                                            const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args);

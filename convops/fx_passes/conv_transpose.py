@@ -26,10 +26,12 @@ class ConvTransposePass(ConvopsPass):
         return f"conv_transpose{_dims(anchor)}d"
 
     def leaves_aten_paths(self, values: list) -> bool:
-        """In TF32 and 16-bit, where the op would run ATen's (NCHW) composition, Inductor does better with the node:
-        on UNet's k3 stride-2 layers it runs cuDNN's NHWC kernels, tf32 0.1422 / 0.2312 ms against the op's 0.1996 /
-        0.3477, bf16 0.0867 / 0.1250 against 0.1457 / 0.2655 (H200, 2026-11-27 15:25-15:32 UTC). Not in strict fp32,
-        where its NHWC kernels were the slower (0.7759 against 0.7057 ms on c256-128)."""
+        """In TF32 and 16-bit, where the op would run ATen's composition, Inductor does better with the node:
+        on UNet's k3 stride-2 layers it runs cuDNN's NHWC kernels, tf32 0.1422 / 0.2312 ms against the op's NCHW
+        0.1996 / 0.3477, bf16 0.0867 / 0.1250 against 0.1457 / 0.2655 (H200, 2026-11-27 15:25-15:32 UTC). Not in
+        strict fp32, where its NHWC kernels were the slower (0.7759 against 0.7057 ms on c256-128). The op's ATen path
+        may itself run NHWC, on a channels-last copy of the input ("auto", `<op>.aten_layout`); Inductor still does
+        better, laying the whole graph out so, without the op's two copies."""
         dtype = values[0].dtype
         return dtype in (torch.float16, torch.bfloat16) or (dtype == torch.float32 and torch.backends.cudnn.allow_tf32)
 

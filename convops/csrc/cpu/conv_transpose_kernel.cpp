@@ -16,9 +16,7 @@ namespace {
 
 at::Tensor conv_transpose_cpu(const char* op, const at::Tensor& input, const at::Tensor& weight,
                               const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args) {
-  std::vector<int64_t> sizes{input.size(0), weight.size(1) * args.groups};
-  sizes.insert(sizes.end(), args.output_size.begin(), args.output_size.end());
-  at::Tensor output = empty_output(input, sizes);
+  at::Tensor output = empty_conv_transpose_output(input, weight, args);
   if (output.numel() == 0) return output;
 
   const bool low_precision = input.scalar_type() == at::kHalf || input.scalar_type() == at::kBFloat16;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "cuda/conv_transpose_shift_gemm_ws.cuh"
 #include "cuda/conv_transpose_tf32x3.cuh"
 #include "cuda/device_info.h"
+#include "cuda/layout_transpose.cuh"
 #include "cuda/path_choice.cuh"
 
 namespace convops {
@@ -348,7 +350,7 @@ void launch_shift_gemm(const ConvTransposeParams& cp, const at::Tensor& weight5d
   const auto by_order = [&](auto n, auto mb) {
     constexpr int kN = decltype(n)::value, kMB = decltype(mb)::value;
     const auto with = [&](auto quartets) {
-      if constexpr (Math::kRoundedSums && kMB > (kN == 24 ? 4 : 2)) {  // choose_plan never picks them
+      if constexpr (Math::kRoundedSums && kMB > sg::rounded_sums_row_blocks(kN)) {  // choose_plan never picks them
         TORCH_INTERNAL_ASSERT(false, "shift_gemm: no rounded-sums kernel with ", kMB, " row blocks");
       } else {
         constexpr bool kQuartets = decltype(quartets)::value;
@@ -464,9 +466,7 @@ bool launch_tf32x3(const char* op, const at::Tensor& input, const at::Tensor& we
 
 at::Tensor conv_transpose_kernel_path(const char* op, const at::Tensor& input, const at::Tensor& weight,
                                       const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args) {
-  std::vector<int64_t> sizes{input.size(0), weight.size(1) * args.groups};
-  sizes.insert(sizes.end(), args.output_size.begin(), args.output_size.end());
-  at::Tensor output = empty_output(input, sizes);
+  at::Tensor output = empty_conv_transpose_output(input, weight, args);
   if (output.numel() == 0) return output;
   if (cuda::conv_transpose_gemm_applies(input, weight, args)) {
     cuda::conv_transpose_as_gemm(input, weight, bias, args, output);
@@ -504,7 +504,19 @@ at::Tensor conv_transpose_kernel_path(const char* op, const at::Tensor& input, c
   return output;
 }
 
-// The convops path, or ATen's transposed convolution where that is faster (cuda/path_choice.cuh).
+// ATen's transposed convolution of `x`, its output dense in `input`'s memory format.
+at::Tensor aten_conv_transpose(const at::Tensor& x, const at::Tensor& input, const at::Tensor& weight,
+                               const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args) {
+  return at::convolution(x, weight, bias, args.stride, args.padding, args.dilation, /*transposed=*/true,
+                         args.output_padding, args.groups)
+      .contiguous(input.suggest_memory_format());
+}
+
+// The convops path, or ATen's transposed convolution where that is faster (cuda/path_choice.cuh). ATen's runs in the
+// input's layout or on a channels-last copy (path_choice.cuh, layout_for; CONVOPS_CONV_TRANSPOSE_LAYOUT=input|
+// channels_last), decided under "auto" as "<op>.aten_layout": through channels-last (convops' transposes both ways,
+// cuDNN's NHWC kernel between) the op ran UNet's k3 stride-2 layers 1.12-1.16x faster than in NCHW in TF32 and bf16,
+// though still at 0.53-0.80x of Inductor's graph (H200, 2026-11-28 08:35 UTC; bench/RESULTS.md).
 at::Tensor conv_transpose_cuda(const char* op, const at::Tensor& input, const at::Tensor& weight,
                                const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args) {
   const c10::cuda::CUDAGuard guard(input.device());
@@ -512,15 +524,32 @@ at::Tensor conv_transpose_cuda(const char* op, const at::Tensor& input, const at
   // Whether the convops path is the GEMM depends on a flag outside the key's tensors (deterministic algorithms): it
   // is part of the problem, so that a decision timed with one implementation is not reused for the other.
   const bool gemm = cuda::conv_transpose_gemm_applies(input, weight, args);
+  const auto aten_in_input_layout = [&] { return aten_conv_transpose(input, input, weight, bias, args); };
+  // cuDNN's NHWC kernels on a channels-last copy; the bias goes in with the copy back (layout_transpose.cuh), as
+  // ATen adds it after cuDNN's kernel: the same rounding, one pass over the output fewer.
+  const auto aten_through_channels_last = [&] {
+    const at::Tensor y = at::convolution(cuda::channels_last_copy(input), weight, std::nullopt, args.stride,
+                                         args.padding, args.dilation, /*transposed=*/true, args.output_padding,
+                                         args.groups);
+    return cuda::channels_first_copy(y, bias);
+  };
+  const auto aten_path = [&] {
+    switch (cuda::layout_for(input, "CONVOPS_CONV_TRANSPOSE_LAYOUT")) {
+      case cuda::Layout::kInput: return aten_in_input_layout();
+      case cuda::Layout::kChannelsLast: return aten_through_channels_last();
+      case cuda::Layout::kDecide: break;
+    }
+    const std::string layout_op = std::string(op) + ".aten_layout";
+    return cuda::run_chosen_path(
+        cuda::problem_key(layout_op.c_str(), input, weight, bias, at::IntArrayRef(args.stride),
+                          at::IntArrayRef(args.padding), at::IntArrayRef(args.output_padding), args.groups,
+                          at::IntArrayRef(args.dilation)),
+        aten_through_channels_last, aten_in_input_layout);
+  };
   return cuda::run_chosen_path(
       cuda::problem_key(op, input, weight, bias, at::IntArrayRef(args.stride), at::IntArrayRef(args.padding),
                         at::IntArrayRef(args.output_padding), args.groups, at::IntArrayRef(args.dilation), gemm),
-      [&] { return conv_transpose_kernel_path(op, input, weight, bias, args); },
-      [&] {
-        return at::convolution(input, weight, bias, args.stride, args.padding, args.dilation, /*transposed=*/true,
-                               args.output_padding, args.groups)
-            .contiguous(input.suggest_memory_format());
-      });
+      [&] { return conv_transpose_kernel_path(op, input, weight, bias, args); }, aten_path);
 }
 
 }  // namespace

@@ -705,13 +705,17 @@ inline bool quartets_enabled() {
   return on;
 }
 
+// The most row blocks of a kernel with rounded sums (Math::kRoundedSums: a second set of accumulators), by channel
+// tile: 4 for 24, 2 for 64; 6 / 3 spill hundreds of bytes (ptxas, 2026-11-28).
+constexpr int rounded_sums_row_blocks(int n_tile) { return n_tile == 24 ? 4 : 2; }
+
 // The tile with the fewest estimated cycles: a k-step costs the longer of its MMAs (their shared-memory operand
 // reads, 128 bytes a cycle, or the tensor cores' rate) and its loads (~64 bytes a cycle from L2), plus ~200 cycles
 // of barrier and waits; tiles are spread over one block an SM. Rows past the tile and the last K_w - 1 + skew columns
 // of each row cost MMAs, so tile widths are balanced and tile_h rows of brick_w fill the warpgroups' rows closely.
 // Tile widths are multiples of 4 (or the whole output row), so that every tile's brick starts `skew` columns early.
-// rounded_sums: the kernel holds a second set of accumulators (Math::kRoundedSums), so at most 4 / 2 row blocks
-// (channel tiles of 24 / 64): 6 / 3 spill hundreds of bytes (ptxas, 2026-11-28).
+// rounded_sums: the kernel holds a second set of accumulators (Math::kRoundedSums), so at most
+// rounded_sums_row_blocks(n_tile) row blocks.
 inline Plan choose_plan(const ConvTransposeParams& p, int n_tile, int element_bytes, int shared_limit, int sms,
                         bool rounded_sums = false) {
   const int k_steps = ceil_div(p.cin_g * element_bytes, kStepBytes);
@@ -722,7 +726,7 @@ inline Plan choose_plan(const ConvTransposeParams& p, int n_tile, int element_by
   Plan best;
   double best_cost = std::numeric_limits<double>::infinity();
   const auto consider = [&](int mb) {
-    if (rounded_sums && mb > (n_tile == 24 ? 4 : 2)) return;
+    if (rounded_sums && mb > rounded_sums_row_blocks(n_tile)) return;
     const int rows = kWarpgroups * mb * 64;
     for (int tile_h = 1; tile_h <= std::min(kMaxTileRows, p.out_size[1]); ++tile_h) {
       const int tile_w_cap = rows / tile_h - (kw - 1) - skew;

@@ -6,7 +6,9 @@
 //     tile kernel (depthwise_separable_conv2d_pipelined.cuh), both with the 1x1 on tensor cores; elsewhere the
 //     "convops" path is the mixed one;
 //   - "mixed": the convops depthwise kernel, then the 1x1 as a cuBLAS GEMM or as ATen's 1x1 convolution, whichever
-//     "auto" timed faster for that intermediate (pointwise_stage);
+//     "auto" timed faster for that intermediate (pointwise_stage); for an NCHW input of small planes "auto" also
+//     times it against the pair through channels-last (the convops depthwise kernel from NCHW into NHWC, the same
+//     1x1 stage in NHWC, the output copied back to NCHW with the bias);
 //   - "aten": ATen's two convolutions.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -20,10 +22,12 @@
 #include "cuda/channel_bias.cuh"
 #include "cuda/convolution_gemm.cuh"
 #include "cuda/depthwise_conv2d_launch.cuh"
+#include "cuda/depthwise_conv2d_to_nhwc.cuh"
 #include "cuda/depthwise_separable_conv2d_pipelined.cuh"
 #include "cuda/depthwise_separable_conv2d_small.cuh"
 #include "cuda/depthwise_separable_conv2d_streaming.cuh"
 #include "cuda/device_utils.cuh"
+#include "cuda/layout_transpose.cuh"
 #include "cuda/path_choice.cuh"
 #include "depthwise_separable_conv2d.h"
 
@@ -47,9 +51,10 @@ struct Operands {
 
 // Which fused kernels may run (read each call). Normally any: the dispatch picks. CONVOPS_SEPARABLE_KERNEL=small
 // takes the small-problem kernel wherever it applies, not only where it pays; =streaming leaves the small-problem
-// kernel out; =tile leaves out both it and the row-streaming kernel. For tests and for timing the kernels against each
-// other; a kernel that does not take the problem falls through to the next.
-enum class FusedChoice { kAny, kSmall, kStreaming, kTile };
+// kernel out; =tile leaves out both it and the row-streaming kernel; =none leaves out every fused kernel, so that the
+// convops path is the mixed one. For tests and for timing the kernels and paths against each other; a kernel that
+// does not take the problem falls through to the next.
+enum class FusedChoice { kAny, kSmall, kStreaming, kTile, kNone };
 
 FusedChoice fused_choice() {
   const char* env = std::getenv("CONVOPS_SEPARABLE_KERNEL");
@@ -57,6 +62,7 @@ FusedChoice fused_choice() {
   if (std::strcmp(env, "small") == 0) return FusedChoice::kSmall;
   if (std::strcmp(env, "streaming") == 0) return FusedChoice::kStreaming;
   if (std::strcmp(env, "tile") == 0) return FusedChoice::kTile;
+  if (std::strcmp(env, "none") == 0) return FusedChoice::kNone;
   return FusedChoice::kAny;
 }
 
@@ -64,8 +70,8 @@ FusedChoice fused_choice() {
 // it pays, else the row-streaming one where it applies, else the tile one; false where the problem is outside every
 // scope.
 bool fused_kernel(const Operands& o, const at::Tensor& output, const DepthwiseGeometry& d, bool dry_run) {
-  if (o.input.scalar_type() == at::kDouble) return false;
   const FusedChoice choice = fused_choice();
+  if (o.input.scalar_type() == at::kDouble || choice == FusedChoice::kNone) return false;
   const bool small = choice == FusedChoice::kSmall ||
                      (choice == FusedChoice::kAny && small_separable_pays(d, o.pw_weight.size(0)));
   const bool streaming = choice != FusedChoice::kTile;
@@ -157,6 +163,17 @@ at::Tensor pointwise_stage(const at::Tensor& mid, const at::Tensor& input, const
       [&] { return aten_pointwise(mid, input, pointwise_weight, pointwise_bias); });
 }
 
+// The layout the mixed path runs in (path_choice.cuh, layout_for; CONVOPS_SEPARABLE_MIXED=input|channels_last):
+// the input's, or the round trip through channels-last, decided under "auto" as kMixedLayoutOp. Why the round trip:
+// on small planes of many channels (7x7 and 14x14 layers at batch 32) the NCHW depthwise kernels reach a fifth of
+// the floor and the NCHW 1x1 is a GEMM per 49-pixel image, while in NHWC the depthwise runs across channels and the
+// 1x1 is one GEMM over every pixel: Inductor, which lays these graphs out so, ran them 8-27% faster than every NCHW
+// path of the op (H200, 2026-11-28 07:08 UTC, bench/RESULTS.md). The round trip is offered where the NCHW->NHWC
+// depthwise kernel takes the problem (planes up to about 28x28); not through ATen's NHWC depthwise, whose cuDNN
+// kernels missed the op's fp16 / bf16 tolerance by up to 3x on the tests' problems (H200, 2026-11-28 08:12 UTC). In
+// CUDA graph capture an undecided problem takes the round trip (the "convops" side: nothing can be timed).
+constexpr const char* kMixedLayoutOp = "convops::depthwise_separable_conv2d.mixed_layout";
+
 at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Tensor& depthwise_weight,
                                            const std::optional<at::Tensor>& depthwise_bias,
                                            const at::Tensor& pointwise_weight,
@@ -174,12 +191,32 @@ at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Te
 
   const Operands o{input, depthwise_weight.contiguous(), pointwise_weight.contiguous(),
                    contiguous_or_none(depthwise_bias), contiguous_or_none(pointwise_bias)};
-  // The mixed path: the convops depthwise kernel into an intermediate in the input's dtype (exactly as the ATen pair
-  // stores it), then the 1x1.
-  const auto mixed = [&] {
+  // The mixed path in the input's layout: the convops depthwise kernel into an intermediate in the input's dtype
+  // (exactly as the ATen pair stores it), then the 1x1.
+  const auto mixed_in_input_layout = [&] {
     auto mid = empty_output(input, {d.batch, d.out_channels, d.out_h, d.out_w});
     depthwise_conv2d_into(input, depthwise_weight, depthwise_bias, mid, d, kOp);
     return pointwise_stage(mid, input, pointwise_weight, pointwise_bias);
+  };
+  // Through channels-last, as Inductor runs the pair, in three passes where its graph takes four: the convops
+  // depthwise kernel from the NCHW input straight into an NHWC intermediate (depthwise_conv2d_to_nhwc.cuh), the 1x1
+  // stage on it without the bias (one GEMM over every pixel; its own GEMM-or-cuDNN decision), and the copy back to
+  // NCHW adding the bias as ATen adds it after cuDNN's 1x1 (layout_transpose.cuh).
+  const auto mixed_through_channels_last = [&] {
+    const at::Tensor mid = depthwise_to_nhwc(input, o.dw_weight, o.dw_bias, d, c10::cuda::getCurrentCUDAStream());
+    return channels_first_copy(pointwise_stage(mid, mid, o.pw_weight, std::nullopt), o.pw_bias);
+  };
+  const auto mixed = [&] {
+    const Layout layout = depthwise_to_nhwc_applies(input, d) ? layout_for(input, "CONVOPS_SEPARABLE_MIXED")
+                                                              : Layout::kInput;
+    switch (layout) {
+      case Layout::kInput: return mixed_in_input_layout();
+      case Layout::kChannelsLast: return mixed_through_channels_last();
+      case Layout::kDecide: break;
+    }
+    return run_chosen_path(problem_key(kMixedLayoutOp, input, depthwise_weight, depthwise_bias, pointwise_weight,
+                                       pointwise_bias, stride, padding, dilation),
+                           mixed_through_channels_last, mixed_in_input_layout);
   };
   // The convops path: the fused kernel where it applies, the mixed path elsewhere (channels-last inputs, strides,
   // dilations, other paddings and filters, channel counts whose weights do not fit next to its pipeline, fp64).

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -268,6 +269,19 @@ at::Tensor run_auto_path(const std::string& key, c10::function_ref<std::string()
     case Path::kAten: return aten_output;
     default: return mixed_output;
   }
+}
+
+Layout layout_for(const at::Tensor& input, const char* switch_name) {
+  int64_t positions = 1;
+  for (int64_t i = 2; i < input.dim(); ++i) positions *= input.size(i);
+  const bool round_trip_applies = (input.dim() == 4 || input.dim() == 5) && input.scalar_type() != at::kDouble &&
+                                  input.suggest_memory_format() == at::MemoryFormat::Contiguous &&
+                                  input.size(1) > 1 && positions > 1;
+  if (!round_trip_applies) return Layout::kInput;
+  const char* forced = std::getenv(switch_name);
+  if (forced != nullptr && std::strcmp(forced, "input") == 0) return Layout::kInput;
+  if (forced != nullptr && std::strcmp(forced, "channels_last") == 0) return Layout::kChannelsLast;
+  return path_policy() == PathPolicy::kAuto ? Layout::kDecide : Layout::kInput;
 }
 
 }  // namespace cuda
