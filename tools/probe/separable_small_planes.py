@@ -80,11 +80,16 @@ def variants(model):
     ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default=DEFAULT_CASES, help="regex over the bench's case names")
+def parse_args(doc: str, default_cases: str) -> argparse.Namespace:
+    """--cases (a regex over the bench's case names) and --modes, as the small-plane probes take them."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--cases", default=default_cases, help="regex over the bench's case names")
     parser.add_argument("--modes", default="tf32,bf16")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args(__doc__, DEFAULT_CASES)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     cases = [c for c in all_cases() if re.search(args.cases, c.name)]
     rows, decisions = [], []

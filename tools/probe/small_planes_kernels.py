@@ -10,7 +10,6 @@ over rotated inputs that exceed L2, after warm-up).
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import os
@@ -26,7 +25,7 @@ from torch._inductor.utils import run_and_get_code  # noqa: E402
 import convops  # noqa: E402
 from bench.cases import all_cases  # noqa: E402
 from bench.timing import MODES, make_inputs, rotation_count  # noqa: E402
-from tools.probe.separable_small_planes import environment  # noqa: E402
+from tools.probe.separable_small_planes import environment, parse_args  # noqa: E402
 
 DEFAULT_CASES = r"mobilenet_v2/dws_b32_c960|convnext_t/dws_b32_c768"
 CALLS = 40
@@ -63,10 +62,7 @@ def inductor_call_lines(compiled, x):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default=DEFAULT_CASES, help="regex over the bench's case names")
-    parser.add_argument("--modes", default="tf32,bf16")
-    args = parser.parse_args()
+    args = parse_args(__doc__, DEFAULT_CASES)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     with torch.no_grad():
         for case in (c for c in all_cases() if re.search(args.cases, c.name)):
