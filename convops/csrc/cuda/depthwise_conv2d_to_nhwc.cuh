@@ -4,7 +4,7 @@
 //
 // Why (issue #5 sweep): on 7x7 and 14x14 planes of many channels at batch 32, Inductor beat every NCHW path of the op
 // by laying the pair out channels-last: a Triton NCHW->NHWC copy (3-4 us), cuDNN's NHWC depthwise (5.7-35 us), one
-// NHWC GEMM, a Triton copy back that adds the bias (H200, 2026-11-28 08:17 UTC, tools/probe/small_planes_kernels.py).
+// NHWC GEMM, a Triton copy back that adds the bias (H200, 2026-11-28 08:17 UTC, tools/probe/column_kernels.py).
 // This kernel is that copy and that depthwise in one pass: the input is read once, in NCHW, and the intermediate is
 // written once, in NHWC.
 //
