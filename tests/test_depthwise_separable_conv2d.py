@@ -240,10 +240,13 @@ def test_cuda_mixed_path_tf32_gemm_rounds_its_operands(layout):
 
 def to_nhwc_stage_fits(case, dtype) -> bool:
     """Whether the NCHW -> NHWC depthwise kernel's stage fits its shared memory (csrc/cuda/depthwise_conv2d_to_nhwc.cuh,
-    smem_bytes and kMaxSmem): the input planes of 32 output channels, plus 16 elements of alignment slack."""
+    smem_bytes, kMaxSmem and the device's opt-in limit): the input planes of 32 output channels, plus 16 elements of
+    alignment slack; and whether the round trip applies at all (more than one pixel a plane: path_choice.cu,
+    layout_for)."""
     n, c, m, c_out, h, w = case[:6]
     planes = min(32, 31 // m + 2)
-    return (planes * h * w + 16) * torch.empty((), dtype=dtype).element_size() <= 100 * 1024
+    limit = min(100 * 1024, torch.cuda.get_device_properties(0).shared_memory_per_block_optin)
+    return h * w > 1 and (planes * h * w + 16) * torch.empty((), dtype=dtype).element_size() <= limit
 
 
 @pytest.mark.cuda
