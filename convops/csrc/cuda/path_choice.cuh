@@ -119,15 +119,16 @@ std::string& key_buffer();
 at::Tensor run_auto_path(const std::string& key, c10::function_ref<std::string()> describe, PathFn convops_path,
                          PathFn aten_path, const PathFn* mixed_path = nullptr);
 
-// The layout an op's ATen kernels run in. cuDNN runs many convolutions faster in NHWC than in NCHW (Inductor lays
-// convolution graphs out channels-last in inference for that reason), so a path may run on a channels-last copy of
-// an NCHW input and copy its output back: a round trip, which "auto" times against the input's layout as a problem
-// of its own (the op's name with a suffix; "convops" the round trip, taken where it leads by the same 3% as a
-// convops kernel, since its two copies and extra launches cost more where the host is the limit than the timing
-// shows; "aten" the input's layout). The round trip applies to an input whose channels-last copy would be other
-// bytes (dense NCHW / NCDHW or a strided view, more than one channel and position), not fp64 (no fast NHWC kernels
-// to gain); kInput elsewhere and under a fixed policy. `switch_name` names an environment variable, read each call:
-// "input" or "channels_last" forces one wherever the round trip applies, for tests and timing.
+// The layout a path runs in. Many convolutions run faster in NHWC than in NCHW (cuDNN's kernels; Inductor lays
+// convolution graphs out channels-last in inference for that reason), so a path may run on a channels-last copy of an
+// NCHW input, or write an NHWC intermediate from it, and copy its output back (layout_transpose.cuh): a round trip,
+// which "auto" times against the input's layout as a problem of its own (the op's name with a suffix; "convops" the
+// round trip, taken where it leads by the same 3% as a convops kernel, since its two copies and extra launches cost
+// more where the host is the limit than the timing shows; "aten" the input's layout). The round trip applies to an
+// input whose channels-last copy would be other bytes (dense NCHW / NCDHW or a strided view, more than one channel and
+// position), not fp64 (no fast NHWC kernels to gain); kInput elsewhere and under a fixed policy. `switch_name` names an
+// environment variable, read each call: "input" or "channels_last" forces one wherever the round trip applies, for
+// tests and timing.
 enum class Layout { kDecide, kInput, kChannelsLast };
 Layout layout_for(const at::Tensor& input, const char* switch_name);
 
