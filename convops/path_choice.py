@@ -51,9 +51,10 @@ def forced_path(policy: str) -> Iterator[None]:
 # Decisions that a path makes inside an op's own, each recorded as a problem of its own named "<op>.<stage>":
 # - "convops::depthwise_separable_conv2d.pointwise": the mixed path's 1x1, "convops" a cuBLAS GEMM, "aten" cuDNN's 1x1
 #   (csrc/cuda/depthwise_separable_conv2d_kernel.cu, kPointwiseOp);
-# - "convops::depthwise_separable_conv2d.mixed_layout": for an NCHW input, the mixed path's layout, "convops" the round
-#   trip through channels-last (ATen's NHWC depthwise, the 1x1 in NHWC, the output copied back), taken where it leads
-#   by 3%, "aten" the input's layout (the convops depthwise kernel);
+# - "convops::depthwise_separable_conv2d.mixed_layout": for an NCHW input of small planes, the mixed path's layout,
+#   "convops" the round trip through channels-last (the convops depthwise kernel from NCHW into NHWC, the 1x1 in NHWC,
+#   the output transposed back with the bias), taken where it leads by 3%, "aten" the input's layout (the convops
+#   NCHW depthwise kernels);
 # - "convops::conv_transpose2d.aten_layout" / "convops::conv_transpose3d.aten_layout": for an NCHW / NCDHW input, the
 #   ATen path's layout, "convops" its round trip through channels-last, "aten" the input's layout
 #   (csrc/cuda/path_choice.cuh, layout_for).
