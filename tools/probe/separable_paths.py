@@ -5,6 +5,7 @@ kernel start to its last kernel end (each call after do_bench's 256 MB cache flu
 
     python tools/probe/separable_paths.py                 # the batch-1 and batch-32 rows below
     python tools/probe/separable_paths.py c960            # rows whose name contains c960
+    python tools/probe/separable_paths.py mobilenet_v2/dw_b1_c384_h14_k3_s1:bf16   # any rows, as case:mode
 
 Found (H200, 2026-11-27 07:00 UTC) that eager and the op on the ATen path run the same kernels with the same spans
 (MobileNetV2 c384 b1 tf32 9.66 / 9.66 us), and that the mixed path's NCHW batched GEMM was the slow part of the
@@ -28,12 +29,13 @@ from triton.testing import do_bench  # noqa: E402
 
 import convops  # noqa: E402
 from bench.cases import all_cases  # noqa: E402
-from bench.timing import MODES  # noqa: E402
+from bench.timing import HOST_SLACK_US, MODES, gpu_spin_after_flush  # noqa: E402
 
 ROWS = [("mobilenet_v2/dws_b1_c960_h7_k3_s1_o160", "tf32"), ("mobilenet_v2/dws_b1_c384_h14_k3_s1_o64", "tf32"),
         ("efficientnet_b0/dws_b1_c480_h14_k3_s1_o80", "tf32"), ("mobilenet_v2/dws_b1_c144_h56_k3_s2_o32", "bf16"),
         ("convnext_t/dws_b32_c768_h7_k7_s1_o3072", "bf16"), ("efficientnet_b0/dws_b32_c1152_h7_k5_s1_o192", "bf16"),
         ("convnext_t/dws_b1_c768_h7_k7_s1_o3072", "tf32")]
+DECISIONS = 3
 POLICIES = {"op auto": None, "op aten": "aten", "op convops": "convops"}
 FLUSH = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int, device="cuda")  # do_bench's cache flush
 
@@ -71,8 +73,17 @@ def timeline(fn, calls: int = 40) -> tuple[float, list[tuple[str, float]]]:
     return statistics.median(spans), [(e.name[:70], e.time_range.end - e.time_range.start) for e in per_call[-1]]
 
 
+def selected_rows(args: list[str]) -> list[tuple[str, str]]:
+    """ROWS whose name contains the first argument (all without one); arguments "case:mode" name rows themselves,
+    depthwise ones too."""
+    named = [tuple(a.split(":", 1)) for a in args if ":" in a]
+    if named:
+        return named
+    return [r for r in ROWS if not args or args[0] in r[0]]
+
+
 def main() -> None:
-    rows = [r for r in ROWS if len(sys.argv) < 2 or sys.argv[1] in r[0]]
+    rows = selected_rows(sys.argv[1:])
     cases = {c.name: c for c in all_cases()}
     torch.manual_seed(0)
     print("card:", torch.cuda.get_device_name())
@@ -84,16 +95,19 @@ def main() -> None:
         eager = lambda: model(inputs[next(calls) % 4])  # noqa: E731
         op = lambda: model.convops_forward(inputs[next(calls) % 4])  # noqa: E731
         with torch.no_grad(), mode.active(), convops.forced_path("auto"):
-            convops.clear_path_choices()
-            op()
-            torch.cuda.synchronize()
-            print(f"{name} {mode_name}:", *convops.path_choices(), sep="\n  ")
+            for _ in range(DECISIONS):  # how stable "auto"'s decision is
+                convops.clear_path_choices()
+                op()
+                torch.cuda.synchronize()
+                print(f"{name} {mode_name}:", *convops.path_choices(), sep="\n  ")
             fns = {"eager": eager, **{label: under(policy, op) for label, policy in POLICIES.items()}}
             times = {label: [] for label in fns}
-            for _ in range(3):
-                for label, fn in fns.items():
-                    times[label].append(do_bench(fn, warmup=10, rep=40, return_mode="median") * 1e3)
-            print("  do_bench us, 3 rounds:", {k: [round(v, 2) for v in vs] for k, vs in times.items()})
+            with gpu_spin_after_flush(HOST_SLACK_US):  # as bench/ times them
+                for _ in range(3):
+                    for label, fn in fns.items():
+                        times[label].append(do_bench(fn, warmup=10, rep=40, return_mode="median") * 1e3)
+            print("  do_bench us (GPU spin after the flush), 3 rounds:",
+                  {k: [round(v, 2) for v in vs] for k, vs in times.items()})
             for label in ("eager", "op aten", "op convops"):
                 span, kernels = timeline(fns[label])
                 print(f"  {label}: span {span:.2f} us;", ", ".join(f"{k} {d:.2f}" for k, d in kernels))

@@ -531,7 +531,7 @@ at::Tensor conv_transpose_cuda(const char* op, const at::Tensor& input, const at
     const at::Tensor y = at::convolution(cuda::channels_last_copy(input), weight, std::nullopt, args.stride,
                                          args.padding, args.dilation, /*transposed=*/true, args.output_padding,
                                          args.groups);
-    return cuda::channels_first_copy(y, bias);
+    return cuda::channels_first_copy(y, contiguous_or_none(bias));  // a strided bias would miss the fast copy
   };
   const auto aten_path = [&] {
     switch (cuda::layout_for(input, "CONVOPS_CONV_TRANSPOSE_LAYOUT")) {

@@ -45,7 +45,7 @@ constexpr int kWarps = 8;      // groups of output rows a CTA: one a warp
 constexpr int kThreads = kChannels * kWarps;
 static_assert(kThreads == planes::kThreads, "stage_range strides by the plane-block kernel's block size");
 constexpr int kRun = 4;        // outputs of a row a lane computes together, sharing their input row segments
-constexpr int64_t kMaxSmem = 100 * 1024;  // 33 fp32 planes of 28x28 fit; larger planes go elsewhere
+constexpr int64_t kMaxSmem = 100 * 1024;  // 32 fp32 planes of 28x28 fit; larger planes go elsewhere
 
 template <typename scalar_t>
 struct Params {
@@ -118,10 +118,10 @@ __global__ void __launch_bounds__(kThreads) depthwise_to_nhwc_kernel(const Param
         for (int ky = 0; ky < KH; ++ky) {
           const int iy = iy0 + ky;
           if (static_cast<unsigned>(iy) >= static_cast<unsigned>(p.in_h)) continue;
-          const scalar_t* __restrict__ row = plane + iy * p.in_w + ix0;
+          const int row = iy * p.in_w + ix0;  // an offset, not a pointer: ix0 may be negative (padding)
           float x[kSpan];
 #pragma unroll
-          for (int s = 0; s < kSpan; ++s) x[s] = col_ok[s] ? static_cast<float>(row[s]) : 0.0f;
+          for (int s = 0; s < kSpan; ++s) x[s] = col_ok[s] ? static_cast<float>(plane[row + s]) : 0.0f;
 #pragma unroll
           for (int i = 0; i < kRun; ++i) {
 #pragma unroll
@@ -132,7 +132,9 @@ __global__ void __launch_bounds__(kThreads) depthwise_to_nhwc_kernel(const Param
         }
 #pragma unroll
         for (int i = 0; i < kRun; ++i) {
-          if (ox0 + i < p.out_w) out[(int64_t{oy} * p.out_w + ox0 + i) * p.out_channels] = static_cast<scalar_t>(acc[i]);
+          if (ox0 + i < p.out_w) {
+            out[(int64_t{oy} * p.out_w + ox0 + i) * p.out_channels] = static_cast<scalar_t>(acc[i]);
+          }
         }
       }
     } else {

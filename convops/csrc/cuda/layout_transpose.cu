@@ -61,7 +61,8 @@ __global__ void __launch_bounds__(kTileCols * kThreadRows)
 void batched_transpose(const at::Tensor& src, at::Tensor& dst, const at::Tensor* bias, int64_t batches, int64_t rows,
                        int64_t cols) {
   const int64_t col_tiles = (cols + kTileCols - 1) / kTileCols, row_tiles = (rows + kTileRows - 1) / kTileRows;
-  const dim3 grid(static_cast<unsigned>(col_tiles * row_tiles), static_cast<unsigned>(std::min<int64_t>(batches, kMaxGridY)));
+  const dim3 grid(static_cast<unsigned>(col_tiles * row_tiles),
+                  static_cast<unsigned>(std::min<int64_t>(batches, kMaxGridY)));
   const dim3 block(kTileCols, kThreadRows);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(src.device().index());
   const auto launch = [&](auto element) {
@@ -115,13 +116,12 @@ at::Tensor channels_first_copy(const at::Tensor& input, const std::optional<at::
                                         bias->numel() == input.size(1) && bias->scalar_type() == input.scalar_type() &&
                                         bias->device() == input.device());
   if (!transpose_applies(input) || !input.is_contiguous(channels_last_format(input)) || !dense_bias) {
-    at::Tensor out = input.contiguous();
-    if (has_bias) {
-      std::vector<int64_t> shape(input.dim(), 1);
-      shape[1] = input.size(1);
-      out.add_(bias->view(shape));
-    }
-    return out;
+    // ATen's copy and add, out of place: contiguous() returns an NCHW-dense input as it is, which must not be
+    // written.
+    if (!has_bias) return input.contiguous();
+    std::vector<int64_t> shape(input.dim(), 1);
+    shape[1] = input.size(1);
+    return at::add(input.contiguous(), bias->view(shape));
   }
   const c10::cuda::CUDAGuard guard(input.device());
   at::Tensor out = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));

@@ -20,7 +20,8 @@ at::Tensor channels_last_copy(const at::Tensor& input);
 
 // A dense channels-last (N, C, ...) tensor copied to dense NCHW / NCDHW, adding bias[c] (C values of its dtype) to
 // every element of channel c where given, rounded once as ATen's add rounds a convolution's output plus its bias.
-// Inputs of other layouts or dtypes take ATen's copy and add.
+// Inputs of other layouts or dtypes take ATen's copy and add (an NCHW-dense input without a bias comes back as it
+// is; the input is never written).
 at::Tensor channels_first_copy(const at::Tensor& input, const std::optional<at::Tensor>& bias = std::nullopt);
 
 }  // namespace cuda
