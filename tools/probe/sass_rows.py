@@ -16,6 +16,7 @@ body left out. Predicated-off instructions count: they take an issue slot all th
     python tools/probe/sass_rows.py --quick          # only the rows kernels, P0 = (KW - 1) / 2 (seconds, not minutes)
     python tools/probe/sass_rows.py --quick --sizes 3 --header-dir /tmp/old   # /tmp/old/cuda/depthwise_conv2d_rows.cuh
     python tools/probe/sass_rows.py --quick --dump BFloat16,3,3      # also print the hot path's SASS
+    python tools/probe/sass_rows.py --bulk --sizes 3                 # the bulk-copy kernels instead
 """
 import argparse
 import collections
@@ -37,6 +38,15 @@ QUICK_TU = """#include "cuda/depthwise_conv2d_rows.cuh"
 namespace convops::cuda::depthwise::rows {{
 #define CONVOPS_ROWS(T, K) template __global__ void depthwise_rows_kernel<T, K, K, (K - 1) / 2, \\
     RowsConfig<T, K, K>::kVec, RowsConfig<T, K, K>::kDepth, RowsConfig<T, K, K>::kMinBlocks>(const RowsParams<T>);
+{instantiations}
+}}
+"""
+
+# --bulk: the bulk-copy kernel's instantiations (depthwise_conv2d_bulk.cuh), unpadded and padded, as its launch makes them.
+BULK_TU = """#include "cuda/depthwise_conv2d_bulk.cuh"
+namespace convops::cuda::depthwise::bulk_rows {{
+#define CONVOPS_BULK(T, K, P0) template __global__ void depthwise_bulk_kernel<T, K, K, P0, \\
+    BulkConfig<T, K, K>::kVec, BulkConfig<T, K, K>::kMinBlocks>(const BulkParams<T>);
 {instantiations}
 }}
 """
@@ -233,12 +243,19 @@ def hot_path(instrs, labels, lo, hi, longest=False, exclude=(0, -1)):
 
 def kernel_params(demangled: str):
     m = re.search(r"depthwise_rows_kernel<([^,]+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+)>", demangled)
-    if not m:
-        return None
-    dtype = m.group(1).split("::")[-1]
-    kh, kw, p0, vec, depth, min_blocks = map(int, m.groups()[1:])
-    unroll = kh if kh % depth == 0 else kh * depth
-    return dict(dtype=dtype, kh=kh, kw=kw, p0=p0, vec=vec, depth=depth, min_blocks=min_blocks, unroll=unroll)
+    if m:
+        dtype = m.group(1).split("::")[-1]
+        kh, kw, p0, vec, depth, min_blocks = map(int, m.groups()[1:])
+        unroll = kh if kh % depth == 0 else kh * depth
+        return dict(dtype=dtype, kh=kh, kw=kw, p0=p0, vec=vec, depth=depth, min_blocks=min_blocks, unroll=unroll)
+    # The bulk-copy kernel walks its band in groups of KH steps (convolve_band's kUnroll = KH); its rows wait in
+    # shared memory, so there is no register depth.
+    m = re.search(r"depthwise_bulk_kernel<([^,]+), (\d+), (\d+), (\d+), (\d+), (\d+)>", demangled)
+    if m:
+        dtype = m.group(1).split("::")[-1]
+        kh, kw, p0, vec, min_blocks = map(int, m.groups()[1:])
+        return dict(dtype=dtype, kh=kh, kw=kw, p0=p0, vec=vec, depth="ring", min_blocks=min_blocks, unroll=kh)
+    return None
 
 
 def count(instrs, indices):
@@ -250,6 +267,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", default=SOURCE, help="translation unit to build (default: the depthwise op)")
     parser.add_argument("--quick", action="store_true", help="build only the rows kernels (P0 = (KW - 1) / 2)")
+    parser.add_argument("--bulk", action="store_true", help="build only the bulk-copy kernels (P0 = 0 and "
+                                                            "(KW - 1) / 2; 16-bit 7x7 is not one)")
     parser.add_argument("--sizes", default="3,5,7", help="--quick: filter sizes to instantiate (default 3,5,7)")
     parser.add_argument("--header-dir", help="a directory whose cuda/depthwise_conv2d_rows.cuh replaces ours")
     parser.add_argument("--cubin", help="analyse this cubin instead of building (no register report)")
@@ -266,7 +285,14 @@ def main() -> int:
             cubin = args.cubin
         else:
             source = args.source
-            if args.quick:
+            if args.bulk:
+                source = os.path.join(tmp, "bulk_only.cu")
+                with open(source, "w") as f:
+                    f.write(BULK_TU.format(instantiations="\n".join(
+                        f"CONVOPS_BULK({t}, {k}, {p0})" for k in map(int, args.sizes.split(","))
+                        for p0 in (0, (k - 1) // 2) for t in ("float", "at::BFloat16", "at::Half")
+                        if t == "float" or k < 7)))
+            elif args.quick:
                 source = os.path.join(tmp, "rows_only.cu")
                 with open(source, "w") as f:
                     f.write(QUICK_TU.format(instantiations="\n".join(
@@ -278,7 +304,7 @@ def main() -> int:
                 shutil.copy(cubin, args.keep)
         funcs = disassemble(cubin)
 
-    names = demangle([n for n in funcs if "depthwise_rows_kernel" in n])
+    names = demangle([n for n in funcs if "depthwise_rows_kernel" in n or "depthwise_bulk_kernel" in n])
     order = {"BFloat16": 0, "float": 1, "Half": 2}
     kernels = []
     for mangled, demangled in names.items():
