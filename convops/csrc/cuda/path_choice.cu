@@ -68,11 +68,17 @@ bool capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-// A scratch buffer of twice the device's L2 size: zeroing it evicts whatever a path's inputs left in L2. Undefined
-// where the device has no room for it: the op must not fail for want of memory it does not need, so the paths are
-// then timed as they come (L2 warm); run_auto_path also drops it when a path runs out of memory beside it.
+// A scratch buffer whose zeroing evicts whatever a path's inputs left in L2: 256 MB as triton.testing.do_bench's
+// (the benchmarks' timing), or twice the L2 where that is more. With twice the L2 alone (120 MB on the H200) the
+// decision timed ATen's depthwise path on MobileNetV2's c384 14x14 batch-1 layer at 5.31-5.50 us where do_bench
+// times it at 5.73-5.90, and the convops kernel as do_bench does, so ATen won decisions it loses by 7% (H200,
+// 2026-11-28, bench/PERF_NOTES.md). Undefined where the device has no room for it: the op must not fail for want of
+// memory it does not need, so the paths are then timed as they come (L2 warm); run_auto_path also drops it when a
+// path runs out of memory beside it.
 at::Tensor l2_flush_buffer(const at::Device& device) {
-  const int64_t bytes = 2 * static_cast<int64_t>(device_attribute<cudaDevAttrL2CacheSize>());
+  constexpr int64_t kDoBenchFlushBytes = int64_t{256} << 20;
+  const int64_t bytes =
+      std::max(kDoBenchFlushBytes, 2 * static_cast<int64_t>(device_attribute<cudaDevAttrL2CacheSize>()));
   try {
     return at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(device));
   } catch (const c10::OutOfMemoryError&) {
