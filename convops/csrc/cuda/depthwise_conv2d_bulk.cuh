@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <type_traits>
 
@@ -60,10 +61,15 @@ struct BulkParams {
 // 0.5785 / 0.3058, of 16 rows 0.5603 / 0.2906, 16 slots of 16 rows 0.5505 / 0.2931, 4 slots of 16 rows
 // 0.5710 / 0.2957; bands of 8 rows lose in bf16 (0.34) and 5x5 (0.74 fp32). Short bands keep more blocks in
 // the grid's last wave at the cost of re-reading KH - 1 halo rows a band (from L2), so 5x5 and 7x7 keep 32.
+// kAlignedStores: 16-bit rows leave through store_outputs_warp (one aligned 16-byte store a lane, also where an
+// output width such as the seed's 510 leaves rows 4 or 8 bytes past a 16-byte boundary); its shuffles need more
+// registers than 3x3's cap of 6 blocks of 160 threads leaves (ptxas spilled 44 bytes), so 16-bit 3x3 takes 4
+// (16-bit rows of up to 512 columns run 96-thread blocks, which still fit more than 6 an SM).
 template <typename scalar_t, int KH, int KW>
 struct BulkConfig {
   static constexpr int kVec = 16 / static_cast<int>(sizeof(scalar_t));
-  static constexpr int kMinBlocks = KH == 3 ? 6 : (KH == 5 ? 3 : 2);
+  static constexpr bool kAlignedStores = sizeof(scalar_t) == 2;
+  static constexpr int kMinBlocks = KH == 3 ? (kAlignedStores ? 4 : 6) : (KH == 5 ? 3 : 2);
   static constexpr int kStageShift = sizeof(scalar_t) == 4 && KH == 3 ? 4 : 3;
   static constexpr int kBandRows = KH == 3 ? 16 : 32;
   // 16-bit 7x7 (16-byte vectors: 56 partial sums and 49 taps a lane) is issue-bound and lost to the rows kernel's
@@ -71,7 +77,7 @@ struct BulkConfig {
   static constexpr bool kTakes = sizeof(scalar_t) == 4 || KH < 7;
 };
 
-template <typename scalar_t, int KH, int KW, int P0, int VEC, int kMinBlocks>
+template <typename scalar_t, int KH, int KW, int P0, int VEC, int kMinBlocks, bool kAlignedStores>
 __global__ void __launch_bounds__(kMaxThreads, kMinBlocks) depthwise_bulk_kernel(const BulkParams<scalar_t> bp) {
   using Win = Window<scalar_t, KW, P0, VEC>;
   static_assert(Win::NW == 4, "a ring vector is 16 bytes");
@@ -137,7 +143,7 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks) depthwise_bulk_kernel
   const int own = warp * 32 + lane;  // this lane's vector in a slot, less the halo vectors on the left
   const uint4* own_vector = ring + Win::kExtraLeft + own;
 
-  rows::convolve_band<scalar_t, KH, KW, P0, VEC, KH>(
+  rows::convolve_band<scalar_t, KH, KW, P0, VEC, KH, kAlignedStores>(
       band, w, bias, out_plane, p.out_w, x0 + own * VEC + p.shift_w, [](int, int) {},
       [&](int t, int, uint32_t(&words)[Win::kWords]) {
         const int i = t - band.t_lo;
@@ -186,7 +192,14 @@ bool launch_bulk_kernel(const at::Tensor& input, const at::Tensor& weight, const
                         at::Tensor& output, const DepthwiseGeometry& d, cudaStream_t stream) {
   using C = BulkConfig<scalar_t, KH, KW>;
   using Win = Window<scalar_t, KW, P0, C::kVec>;
-  const auto kernel = depthwise_bulk_kernel<scalar_t, KH, KW, P0, C::kVec, C::kMinBlocks>;
+  // CONVOPS_DEPTHWISE_STORES=narrow: the stores of store_outputs and 3x3's 6-block cap, for measuring against.
+  static const bool narrow = [] {
+    const char* env = std::getenv("CONVOPS_DEPTHWISE_STORES");
+    return env != nullptr && std::strcmp(env, "narrow") == 0;
+  }();
+  const auto kernel = C::kAlignedStores && !narrow
+                          ? depthwise_bulk_kernel<scalar_t, KH, KW, P0, C::kVec, C::kMinBlocks, C::kAlignedStores>
+                          : depthwise_bulk_kernel<scalar_t, KH, KW, P0, C::kVec, KH == 3 ? 6 : C::kMinBlocks, false>;
   if (!C::kTakes || !bulk::runs_bulk_copies(kernel)) return false;
   if (d.in_w < 32 * C::kVec) return false;  // a row narrower than one strip would leave lanes idle
   if (reinterpret_cast<uintptr_t>(input.const_data_ptr()) % 16 != 0) return false;

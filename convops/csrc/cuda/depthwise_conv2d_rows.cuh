@@ -143,6 +143,20 @@ __device__ __forceinline__ void store_value(T* dst, const T& value) {
 // Writes VEC outputs (ox0 .. ox0 + VEC - 1 of row `row`, those inside [0, out_w)) with stores as wide as the address
 // allows, streaming ones (st.global.cs) or plain ones as kStreaming says. The address's alignment is the
 // same for every lane of the warp, so the branches are uniform except at the image's left and right edges.
+// The VEC outputs of a lane rounded to scalar_t and packed into 32-bit words, as they lie in memory.
+template <typename scalar_t, int VEC>
+__device__ __forceinline__ void pack_words(const float (&v)[VEC], uint32_t (&w)[VEC / Element<scalar_t>::kPerWord]) {
+  using E = Element<scalar_t>;
+#pragma unroll
+  for (int i = 0; i < VEC / E::kPerWord; ++i) {
+    if constexpr (E::kPerWord == 1) {
+      w[i] = E::bits(v[i]);
+    } else {
+      w[i] = E::bits(v[2 * i]) | (E::bits(v[2 * i + 1]) << 16);
+    }
+  }
+}
+
 template <typename scalar_t, int VEC, bool kStreaming>
 __device__ __forceinline__ void store_outputs(scalar_t* __restrict__ row, int ox0, int out_w, const float (&v)[VEC]) {
   using E = Element<scalar_t>;
@@ -152,14 +166,7 @@ __device__ __forceinline__ void store_outputs(scalar_t* __restrict__ row, int ox
   const auto addr = reinterpret_cast<uintptr_t>(dst);
   if (ox0 >= 0 && ox0 + VEC <= out_w && addr % 4 == 0) {
     uint32_t w[NW];
-#pragma unroll
-    for (int i = 0; i < NW; ++i) {
-      if constexpr (kPerWord == 1) {
-        w[i] = E::bits(v[i]);
-      } else {
-        w[i] = E::bits(v[2 * i]) | (E::bits(v[2 * i + 1]) << 16);
-      }
-    }
+    pack_words<scalar_t, VEC>(v, w);
     if constexpr (NW % 4 == 0) {
       if (addr % 16 == 0) {
 #pragma unroll
@@ -192,6 +199,55 @@ __device__ __forceinline__ void store_outputs(scalar_t* __restrict__ row, int ox
     } else {
       store_value<kStreaming>(reinterpret_cast<unsigned short*>(dst) + i,
                               static_cast<unsigned short>(E::bits(v[i])));
+    }
+  }
+}
+
+// store_outputs for a whole warp whose lanes hold consecutive 16-byte vectors of a row (lane L: columns
+// ox0 + [0, VEC), ox0 = lane 0's + L * VEC), 16-bit elements only; every lane must call it. Where the row's vectors
+// start 4, 8 or 12 bytes past a 16-byte boundary (an output width that is not a multiple of VEC: the seed's 510
+// bf16 columns put three rows in four there), store_outputs would leave each vector as four 4-byte or two 8-byte
+// stores. Here each lane stores the aligned 16 bytes that start inside its vector instead, completed by the next
+// lane's first words (shuffled down), where they lie inside the row; the elements no such store covers (lane 0's
+// before the first boundary, lane 31's after the last, those near the row's ends) leave one at a time.
+// fp32 keeps store_outputs: the seed's rows alternate 16- and 8-byte alignment there, and it runs at 93% of the
+// copy floor already.
+template <typename scalar_t, int VEC, bool kStreaming>
+__device__ __forceinline__ void store_outputs_warp(scalar_t* __restrict__ row, int ox0, int out_w,
+                                                   const float (&v)[VEC]) {
+  constexpr int kPerWord = Element<scalar_t>::kPerWord;
+  constexpr int NW = VEC / kPerWord;
+  if constexpr (kPerWord != 2 || NW != 4) {
+    store_outputs<scalar_t, VEC, kStreaming>(row, ox0, out_w, v);
+  } else {
+    scalar_t* dst = row + ox0;
+    const auto addr = reinterpret_cast<uintptr_t>(dst);
+    const int skew = static_cast<int>(addr % 16) / 4;  // words past the boundary: the same in every lane
+    if (addr % 4 != 0 || skew == 0) {
+      store_outputs<scalar_t, VEC, kStreaming>(row, ox0, out_w, v);
+      return;
+    }
+    uint32_t w[NW];
+    pack_words<scalar_t, VEC>(v, w);
+    // The aligned vector from this lane's word NW - skew: its own words [NW - skew, NW), then the next lane's first.
+    const uint32_t n0 = __shfl_down_sync(kFullMask, w[0], 1), n1 = __shfl_down_sync(kFullMask, w[1], 1),
+                   n2 = __shfl_down_sync(kFullMask, w[2], 1);
+    const uint4 aligned = skew == 1 ? make_uint4(w[3], n0, n1, n2)
+                                    : (skew == 2 ? make_uint4(w[2], w[3], n0, n1) : make_uint4(w[1], w[2], w[3], n0));
+    const int lane = threadIdx.x % 32;
+    const int head = (NW - skew) * kPerWord;  // this lane's elements before the boundary
+    const bool stored = lane < 31 && ox0 + head >= 0 && ox0 + head + VEC <= out_w;
+    const bool head_stored = __shfl_up_sync(kFullMask, stored, 1) && lane > 0;  // by the previous lane
+    if (stored) store_value<kStreaming>(reinterpret_cast<uint4*>(dst + head), aligned);
+    if (!stored || !head_stored) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const int ox = ox0 + e;
+        if ((e < head ? !head_stored : !stored) && ox >= 0 && ox < out_w) {
+          store_value<kStreaming>(reinterpret_cast<unsigned short*>(dst) + e,
+                                  static_cast<unsigned short>((w[e / 2] >> (16 * (e % 2))) & 0xffffu));
+        }
+      }
     }
   }
 }
@@ -247,8 +303,10 @@ __device__ __forceinline__ void load_filter(const scalar_t* __restrict__ weight,
 // the image, read_words(t, j, words) gives the lane's window words of input row t (Window::kWordLo .. kWordHi
 // around its own); j = t % kUnroll is a compile-time constant once the loop is unrolled, so that callers may index
 // register arrays with it. The lane adds the row into the KH output rows it feeds and stores each output row (VEC
-// columns from ox0) after its last input row.
-template <typename scalar_t, int KH, int KW, int P0, int VEC, int kUnroll, typename BeforeStep, typename ReadWords>
+// columns from ox0) after its last input row, with store_outputs_warp where kAlignedStores (then the lanes' ox0 must
+// be consecutive vectors and the whole warp must walk the band), else with store_outputs.
+template <typename scalar_t, int KH, int KW, int P0, int VEC, int kUnroll, bool kAlignedStores = false,
+          typename BeforeStep, typename ReadWords>
 __device__ __forceinline__ void convolve_band(const Band& band, const float (&w)[KH][KW], float bias,
                                               scalar_t* __restrict__ out_plane, int out_w, int ox0,
                                               BeforeStep&& before_step, ReadWords&& read_words) {
@@ -303,8 +361,12 @@ __device__ __forceinline__ void convolve_band(const Band& band, const float (&w)
       // builds alternated: fp32 0.5446 / 0.5448 against 0.5543 / 0.5548).
       if (static_cast<unsigned>(r) < static_cast<unsigned>(band.rows)) {
         constexpr bool kStreaming = sizeof(scalar_t) != 4;
-        store_outputs<scalar_t, VEC, kStreaming>(out_plane + static_cast<int64_t>(band.oy0 + r) * out_w, ox0, out_w,
-                                                 acc[(j + 1) % KH]);
+        scalar_t* const out_row = out_plane + static_cast<int64_t>(band.oy0 + r) * out_w;
+        if constexpr (kAlignedStores) {
+          store_outputs_warp<scalar_t, VEC, kStreaming>(out_row, ox0, out_w, acc[(j + 1) % KH]);
+        } else {
+          store_outputs<scalar_t, VEC, kStreaming>(out_row, ox0, out_w, acc[(j + 1) % KH]);
+        }
       }
     }
   }
