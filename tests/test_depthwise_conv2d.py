@@ -114,8 +114,11 @@ def run_with_kernel(monkeypatch, kernel, args):
 # wide enough for one strip (128 fp32 / 256 16-bit columns) in every dtype. W 520 gives fp32 five strips (a block's
 # column group of four and a ragged one of one) and 16-bit three; W 1040 gives 16-bit five. Paddings: none, the
 # centred one, one off centre (outputs not aligned with input vectors) and one past the filter (bands of padding).
+# 16-bit 3x3 rows of a multiple of 16 columns, at least 512, take the bulk kernel's 32-byte lanes (BulkConfig): W
+# 1040 (three strips of 512), 528 (a second strip of one lane's columns), 1024 and 512.
 STREAMING_CASES = [
     (3, 1, 37, 520, 3, 0), (2, 2, 21, 520, 3, 1), (2, 1, 9, 1040, 3, 4),
+    (3, 1, 37, 528, 3, 0), (2, 2, 21, 1024, 3, 1), (1, 1, 11, 512, 3, 2),
     (2, 1, 19, 520, 5, 2), (1, 2, 17, 1040, 5, 1), (2, 1, 6, 520, 5, 0),
     (1, 1, 23, 520, 7, 3), (2, 1, 12, 1040, 7, 0), (1, 1, 8, 520, 7, 2),
 ]

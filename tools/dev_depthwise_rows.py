@@ -163,7 +163,9 @@ def sanitize() -> None:
     torch.manual_seed(0)
     cases = [((2, 3, 37, 136), 3, 1, 1), ((1, 2, 20, 264), 3, 0, 2), ((1, 2, 11, 40), 5, 2, 1),
              ((1, 2, 11, 40), 5, 0, 1), ((1, 1, 9, 48), 7, 3, 1), ((1, 1, 9, 528), 7, 0, 1), ((1, 2, 5, 16), 3, 2, 1),
-             ((1, 1, 3, 8), 7, 6, 1), ((1, 2, 6, 16), 3, 9, 1), ((2, 4, 16, 16), 3, 1, 1)]
+             ((1, 1, 3, 8), 7, 6, 1), ((1, 2, 6, 16), 3, 9, 1), ((2, 4, 16, 16), 3, 1, 1),
+             # 16-bit 3x3 on 32-byte lanes (BulkConfig): unpadded, centred with a ragged second strip, off centre
+             ((1, 2, 19, 512), 3, 0, 1), ((1, 1, 13, 528), 3, 1, 2), ((1, 1, 7, 1040), 3, 2, 1)]
     for kernel, (dname, dtype) in ((kernel, d) for kernel in KERNELS for d in DTYPES.items()):
         use_kernel(kernel)
         for shape, k, pad, m in cases:

@@ -45,8 +45,8 @@ namespace convops::cuda::depthwise::rows {{
 # --bulk: the bulk-copy kernel's instantiations (depthwise_conv2d_bulk.cuh), unpadded and padded, as its launch makes them.
 BULK_TU = """#include "cuda/depthwise_conv2d_bulk.cuh"
 namespace convops::cuda::depthwise::bulk_rows {{
-#define CONVOPS_BULK(T, K, P0) template __global__ void depthwise_bulk_kernel<T, K, K, P0, \\
-    BulkConfig<T, K, K>::kVec, BulkConfig<T, K, K>::kMinBlocks>(const BulkParams<T>);
+#define CONVOPS_BULK(T, K, P0, B) template __global__ void depthwise_bulk_kernel<T, K, K, P0, \\
+    BulkConfig<T, K, K, B>::kVec, BulkConfig<T, K, K, B>::kMinBlocks>(const BulkParams<T>);
 {instantiations}
 }}
 """
@@ -289,9 +289,10 @@ def main() -> int:
                 source = os.path.join(tmp, "bulk_only.cu")
                 with open(source, "w") as f:
                     f.write(BULK_TU.format(instantiations="\n".join(
-                        f"CONVOPS_BULK({t}, {k}, {p0})" for k in map(int, args.sizes.split(","))
+                        f"CONVOPS_BULK({t}, {k}, {p0}, {b})" for k in map(int, args.sizes.split(","))
                         for p0 in (0, (k - 1) // 2) for t in ("float", "at::BFloat16", "at::Half")
-                        if t == "float" or k < 7)))
+                        for b in (16, 32) if (b == 16 and (t == "float" or k < 7)) or (b == 32 and t != "float"
+                                                                                          and k == 3))))
             elif args.quick:
                 source = os.path.join(tmp, "rows_only.cu")
                 with open(source, "w") as f:

@@ -12,8 +12,9 @@
 // Block: `warps` consumer warps, one a strip of 32 x VEC output columns of one band of one plane (as in the rows
 // kernel), and one producer warp. A ring slot holds the input columns of all the block's strips plus the halo
 // vectors either side; slots' columns outside the image stay zero from the start (the copies never write them).
-// Consumer lanes read their own vector and the neighbouring ones from the slot (16-byte loads, no shuffles), then
-// walk down the band exactly as the rows kernel does (convolve_band), so the results are bitwise the rows kernel's.
+// Consumer lanes read their own 16-byte vectors (one, or two where a lane has 32 bytes of columns) and the
+// neighbouring ones from the slot (16-byte loads, no shuffles), then walk down the band exactly as the rows kernel
+// does (convolve_band), so the results are bitwise the rows kernel's.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -50,7 +51,7 @@ struct BulkParams {
   int warps;                  // consumer warps a block: the strips of one column group
   int groups;                 // column groups a row
   int stage_shift;            // the ring has 1 << stage_shift slots
-  int pitch;                  // 16-byte vectors a slot: warps * 32 plus the halo vectors either side
+  int pitch;                  // 16-byte vectors a slot: the strips' lanes' vectors plus the halo vectors either side
 };
 
 // Per-filter choices. Vectors are 16 bytes; kMinBlocks caps the registers (the partial sums of KH rows of VEC
@@ -60,23 +61,42 @@ struct BulkParams {
 // 0.5785 / 0.3058, of 16 rows 0.5603 / 0.2906, 16 slots of 16 rows 0.5505 / 0.2931, 4 slots of 16 rows
 // 0.5710 / 0.2957; bands of 8 rows lose in bf16 (0.34) and 5x5 (0.74 fp32). Short bands keep more blocks in
 // the grid's last wave at the cost of re-reading KH - 1 halo rows a band (from L2), so 5x5 and 7x7 keep 32.
-template <typename scalar_t, int KH, int KW>
+//
+// kLaneBytes: the columns a lane computes, 16 bytes or, for 16-bit 3x3 rows of at least 512 columns (a multiple of
+// 16), 32. The 16-bit rows are issue-bound (bench/PERF_NOTES.md): a row's ~60 instructions besides the FMAs (its
+// slot's wait and release, the store's address and alignment tests) are shared by 16 outputs instead of 8. The
+// wider lane holds 48 partial sums, so 4 blocks an SM cap its registers instead of 6.
+template <typename scalar_t, int KH, int KW, int kLaneBytes = 16>
 struct BulkConfig {
-  static constexpr int kVec = 16 / static_cast<int>(sizeof(scalar_t));
-  static constexpr int kMinBlocks = KH == 3 ? 6 : (KH == 5 ? 3 : 2);
+  static constexpr int kVec = kLaneBytes / static_cast<int>(sizeof(scalar_t));
+  static constexpr int kMinBlocks = kLaneBytes == 32 ? 4 : (KH == 3 ? 6 : (KH == 5 ? 3 : 2));
   static constexpr int kStageShift = sizeof(scalar_t) == 4 && KH == 3 ? 4 : 3;
   static constexpr int kBandRows = KH == 3 ? 16 : 32;
   // 16-bit 7x7 (16-byte vectors: 56 partial sums and 49 taps a lane) is issue-bound and lost to the rows kernel's
   // 8-byte vectors on the seed shape (H200: 1.18 against 1.04 ms, tools/dev_depthwise_rows.py bench).
-  static constexpr bool kTakes = sizeof(scalar_t) == 4 || KH < 7;
+  static constexpr bool kTakes = kLaneBytes == 16 ? sizeof(scalar_t) == 4 || KH < 7 : sizeof(scalar_t) == 2 && KH == 3;
+};
+
+// A lane's window in the ring's 16-byte vectors: its VEC columns are kLaneVecs ring vectors, and its window words
+// (Window::kWordLo .. kWordHi) lie in ring vectors kVecLo .. kVecHi counted from its first; a slot holds kExtraLeft /
+// kExtraRight ring vectors beyond the strips' columns on either side.
+template <typename scalar_t, int KW, int P0, int VEC>
+struct Ring {
+  using Win = Window<scalar_t, KW, P0, VEC>;
+  static_assert(Win::NW % 4 == 0, "a lane's columns are whole 16-byte ring vectors");
+  static constexpr int kElems = 16 / static_cast<int>(sizeof(scalar_t));
+  static constexpr int kLaneVecs = Win::NW / 4;
+  static constexpr int kVecLo = rows::floor_div(Win::kWordLo, 4);
+  static constexpr int kVecHi = rows::floor_div(Win::kWordHi, 4);
+  static constexpr int kExtraLeft = kVecLo < 0 ? -kVecLo : 0;
+  static constexpr int kExtraRight = kVecHi >= kLaneVecs ? kVecHi - kLaneVecs + 1 : 0;
 };
 
 template <typename scalar_t, int KH, int KW, int P0, int VEC, int kMinBlocks>
 __global__ void __launch_bounds__(kMaxThreads, kMinBlocks) depthwise_bulk_kernel(const BulkParams<scalar_t> bp) {
   using Win = Window<scalar_t, KW, P0, VEC>;
-  static_assert(Win::NW == 4, "a ring vector is 16 bytes");
-  constexpr int kVecLo = rows::floor_div(Win::kWordLo, Win::NW);  // vectors a lane reads, relative to its own
-  constexpr int kVecHi = rows::floor_div(Win::kWordHi, Win::NW);
+  using R = Ring<scalar_t, KW, P0, VEC>;
+  constexpr int kVecLo = R::kVecLo, kVecHi = R::kVecHi;  // ring vectors a lane reads, from its first
   const RowsParams<scalar_t>& p = bp.rows;
 
   extern __shared__ __align__(16) unsigned char smem[];
@@ -106,16 +126,16 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks) depthwise_bulk_kernel
   bulk::fence_for_async_proxy();
   __syncthreads();
 
-  // The slot's columns: input columns [seg0, seg0 + pitch * VEC), of which [lo, hi) lie inside the image.
+  // The slot's columns: input columns [seg0, seg0 + pitch * R::kElems), of which [lo, hi) lie inside the image.
   const int x0 = p.x_start + group * bp.warps * 32 * VEC;
-  const int seg0 = x0 - Win::kExtraLeft * VEC;
+  const int seg0 = x0 - R::kExtraLeft * R::kElems;
 
   if (warp == bp.warps) {  // the producer
     if (lane == 0) {
-      const int lo = max(seg0, 0), hi = min(seg0 + bp.pitch * VEC, p.in_w);
+      const int lo = max(seg0, 0), hi = min(seg0 + bp.pitch * R::kElems, p.in_w);
       const uint32_t bytes = hi > lo ? static_cast<uint32_t>(hi - lo) * sizeof(scalar_t) : 0u;
       const scalar_t* src = in_plane + static_cast<int64_t>(band.iy0 + band.t_lo) * p.in_w + lo;
-      uint4* dst = ring + (lo - seg0) / VEC;
+      uint4* dst = ring + (lo - seg0) / R::kElems;
       for (int i = 0; i < band.t_hi - band.t_lo; ++i, src += p.in_w) {
         const int s = i & (stages - 1);
         if (i >= stages) bulk::wait(&empty[s], ((i >> bp.stage_shift) - 1) & 1);
@@ -134,8 +154,8 @@ __global__ void __launch_bounds__(kMaxThreads, kMinBlocks) depthwise_bulk_kernel
   rows::load_filter<scalar_t, KH, KW>(p.weight, co, w);
   const float bias = p.bias != nullptr ? static_cast<float>(p.bias[co]) : 0.0f;
   scalar_t* __restrict__ out_plane = p.output + plane * (static_cast<int64_t>(p.out_h) * p.out_w);
-  const int own = warp * 32 + lane;  // this lane's vector in a slot, less the halo vectors on the left
-  const uint4* own_vector = ring + Win::kExtraLeft + own;
+  const int own = warp * 32 + lane;  // this lane's columns in the block's strips
+  const uint4* own_vector = ring + R::kExtraLeft + own * R::kLaneVecs;  // its first ring vector in slot 0
 
   rows::convolve_band<scalar_t, KH, KW, P0, VEC, KH>(
       band, w, bias, out_plane, p.out_w, x0 + own * VEC + p.shift_w, [](int, int) {},
@@ -181,11 +201,21 @@ inline BulkShape bulk_shape_override() {
   return shape;
 }
 
-template <typename scalar_t, int KH, int KW, int P0>
+// CONVOPS_DEPTHWISE_BULK_LANES=16: 16-byte lanes only (BulkConfig's kLaneBytes), for measuring the 32-byte ones
+// against. Read once.
+inline bool narrow_lanes_forced() {
+  static const bool forced = [] {
+    const char* env = std::getenv("CONVOPS_DEPTHWISE_BULK_LANES");
+    return env != nullptr && std::atoi(env) == 16;
+  }();
+  return forced;
+}
+
+template <typename scalar_t, int KH, int KW, int P0, int kLaneBytes>
 bool launch_bulk_kernel(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                         at::Tensor& output, const DepthwiseGeometry& d, cudaStream_t stream) {
-  using C = BulkConfig<scalar_t, KH, KW>;
-  using Win = Window<scalar_t, KW, P0, C::kVec>;
+  using C = BulkConfig<scalar_t, KH, KW, kLaneBytes>;
+  using R = Ring<scalar_t, KW, P0, C::kVec>;
   const auto kernel = depthwise_bulk_kernel<scalar_t, KH, KW, P0, C::kVec, C::kMinBlocks>;
   if (!C::kTakes || !bulk::runs_bulk_copies(kernel)) return false;
   if (d.in_w < 32 * C::kVec) return false;  // a row narrower than one strip would leave lanes idle
@@ -202,7 +232,7 @@ bool launch_bulk_kernel(const at::Tensor& input, const at::Tensor& weight, const
   bp.warps = std::min(kMaxConsumerWarps, bp.rows.strips);
   bp.groups = (bp.rows.strips + bp.warps - 1) / bp.warps;
   bp.stage_shift = override.stage_shift > 0 ? override.stage_shift : C::kStageShift;
-  bp.pitch = bp.warps * 32 + Win::kExtraLeft + Win::kExtraRight;
+  bp.pitch = bp.warps * 32 * R::kLaneVecs + R::kExtraLeft + R::kExtraRight;
   const int64_t blocks = d.batch * d.out_channels * bp.rows.bands * bp.groups;
   const size_t smem = (size_t{16} + size_t{16} * bp.pitch) << bp.stage_shift;
   if (blocks >= (int64_t{1} << 31) || smem > 48 * 1024) return false;
@@ -224,8 +254,14 @@ template <typename scalar_t>
 bool launch_depthwise_bulk(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                            at::Tensor& output, const DepthwiseGeometry& d, cudaStream_t stream) {
   return rows::launch_streaming<scalar_t>(input, weight, bias, output, d, [&](auto k, auto p0) {
-    constexpr int K = decltype(k)::value;
-    return bulk_rows::launch_bulk_kernel<scalar_t, K, K, decltype(p0)::value>(input, weight, bias, output, d, stream);
+    constexpr int K = decltype(k)::value, P0 = decltype(p0)::value;
+    if constexpr (bulk_rows::BulkConfig<scalar_t, K, K, 32>::kTakes) {
+      if (!bulk_rows::narrow_lanes_forced() &&
+          bulk_rows::launch_bulk_kernel<scalar_t, K, K, P0, 32>(input, weight, bias, output, d, stream)) {
+        return true;
+      }
+    }
+    return bulk_rows::launch_bulk_kernel<scalar_t, K, K, P0, 16>(input, weight, bias, output, d, stream);
   });
 }
 
