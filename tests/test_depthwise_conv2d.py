@@ -1,6 +1,8 @@
 """convops::depthwise_conv2d against F.conv2d(..., groups=C_in) in float64."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -115,10 +117,12 @@ def run_with_kernel(monkeypatch, kernel, args):
 # column group of four and a ragged one of one) and 16-bit three; W 1040 gives 16-bit five. Paddings: none, the
 # centred one, one off centre (outputs not aligned with input vectors) and one past the filter (bands of padding).
 # 16-bit 3x3 rows of a multiple of 16 columns, at least 512, take the bulk kernel's 32-byte lanes (BulkConfig): W
-# 1040 (three strips of 512), 528 (a second strip of one lane's columns), 1024 and 512.
+# 1040 (three strips of 512), 528 (a second strip of one lane's columns), 1024, 512, and 2080 / 2064 (five strips: a
+# block's column group of four and a ragged one).
 STREAMING_CASES = [
     (3, 1, 37, 520, 3, 0), (2, 2, 21, 520, 3, 1), (2, 1, 9, 1040, 3, 4),
-    (3, 1, 37, 528, 3, 0), (2, 2, 21, 1024, 3, 1), (1, 1, 11, 512, 3, 2),
+    (3, 1, 37, 528, 3, 0), (2, 2, 21, 1024, 3, 1), (1, 1, 11, 512, 3, 2), (1, 1, 7, 2080, 3, 1),
+    (1, 1, 9, 2064, 3, 0),
     (2, 1, 19, 520, 5, 2), (1, 2, 17, 1040, 5, 1), (2, 1, 6, 520, 5, 0),
     (1, 1, 23, 520, 7, 3), (2, 1, 12, 1040, 7, 0), (1, 1, 8, 520, 7, 2),
 ]
@@ -142,6 +146,10 @@ def test_cuda_row_streaming_kernels(monkeypatch, case, dtype, kernel):
     # The bulk kernel declines 16-bit 7x7 filters (BulkConfig::kTakes); the general kernels answer instead.
     both_take = dtype == torch.float32 or k < 7
     assert any(f"depthwise_{kernel}_kernel" in name for name in ran) == (kernel == "rows" or both_take)
+    if kernel == "bulk" and both_take:
+        # 16-bit 3x3 rows of a multiple of 16 columns, at least 512, on 32-byte lanes (VEC 16, 4 blocks an SM).
+        wide = dtype != torch.float32 and k == 3 and w % 16 == 0 and w >= 512
+        assert any(re.search(r"depthwise_bulk_kernel<[^>]*, 16, 4>", name) for name in ran) == wide, ran
     if both_take and torch.cuda.get_device_capability() >= (9, 0):
         monkeypatch.setenv("CONVOPS_DEPTHWISE_KERNEL", "rows" if kernel == "bulk" else "bulk")
         assert torch.equal(out, convops.depthwise_conv2d(*args))

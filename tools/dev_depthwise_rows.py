@@ -35,7 +35,8 @@ KERNELS = ("bulk", "rows")
 
 def lane_vec(kernel: str, dname: str, k: int) -> int:
     """Elements a lane loads per row (BulkConfig::kVec, RowsConfig::kVec): a kernel takes W % vec == 0 only, and the
-    dispatch only rows at least one strip (32 vectors) wide."""
+    dispatch only rows at least one strip (32 vectors) wide. The bulk kernel's 16-bit 3x3 lanes are 16 elements where
+    W allows (a multiple of 16, at least 512) and this smallest width otherwise."""
     if kernel == "bulk":
         return 4 if dname == "fp32" else 8
     return 4 if dname == "fp32" or k * k > 25 else 8

@@ -202,7 +202,7 @@ inline BulkShape bulk_shape_override() {
 }
 
 // CONVOPS_DEPTHWISE_BULK_LANES=16: 16-byte lanes only (BulkConfig's kLaneBytes), for measuring the 32-byte ones
-// against. Read once.
+// against; other values change nothing. Read once.
 inline bool narrow_lanes_forced() {
   static const bool forced = [] {
     const char* env = std::getenv("CONVOPS_DEPTHWISE_BULK_LANES");

@@ -205,8 +205,9 @@ struct Window {
   static constexpr int kWordLo = floor_div(-P0, kPerWord);                // first window word
   static constexpr int kWordHi = floor_div(VEC - 1 - P0 + KW - 1, kPerWord);
   static constexpr int kWords = kWordHi - kWordLo + 1;
-  static constexpr int kExtraLeft = -floor_div(kWordLo, NW);              // vectors needed left of the strip
-  static constexpr int kExtraRight = floor_div(kWordHi, NW);              // ... and right of it
+  // Lane vectors needed left / right of the strip (the rows kernel's; the bulk kernel counts 16-byte ring vectors).
+  static constexpr int kExtraLeft = -floor_div(kWordLo, NW);
+  static constexpr int kExtraRight = floor_div(kWordHi, NW);
   static_assert(VEC % kPerWord == 0, "a lane loads whole words");
   static_assert(kExtraLeft + kExtraRight < 32, "halo wider than a warp");
 };
