@@ -148,10 +148,10 @@ float median(std::vector<float> times) {
 // The events must time the GPU's work, not the host's launches: if the GPU waits for the host between a start event
 // and a path's last kernel, the path's host time is what gets timed. That happened on batch-1 layers, whose paths
 // take 5-15 us of GPU time and up to tens of us of host time (cuDNN's set-up, two ops where the mixed path has them)
-// against about 25 us for the flush: "auto" took ATen for EfficientNet-B0's c240 28x28 separable layer in bf16,
-// whose convops kernel do_bench times 1.25x faster (H200, 2026-11-27 00:47 UTC). So the GPU spins before each run
-// (kHostLeadCycles) while the host queues the run whole, as in a network's forward pass, where the host runs ahead
-// of the GPU.
+// against about 25 us for the flush (then of twice the L2): "auto" took ATen for EfficientNet-B0's c240 28x28
+// separable layer in bf16, whose convops kernel do_bench times 1.25x faster (H200, 2026-11-27 00:47 UTC). So the
+// GPU spins before each run (kHostLeadCycles) while the host queues the run whole, as in a network's forward pass,
+// where the host runs ahead of the GPU.
 void time_paths(c10::ArrayRef<TimedPath> paths, cudaStream_t stream, const at::Tensor& flush) {
   for (const TimedPath& path : paths) path.run();
   std::vector<std::vector<float>> times(paths.size());
