@@ -1,9 +1,8 @@
-"""Instruction budget of the row-streaming depthwise kernels from their SASS, without a GPU: the register-ring rows
-kernel (depthwise_conv2d_rows.cuh) or, with --bulk, the bulk-copy kernel (depthwise_conv2d_bulk.cuh).
+"""Instruction budget of the row-streaming depthwise kernel (depthwise_conv2d_rows.cuh) from its SASS, without a GPU.
 
 Builds a cubin for sm_90a with tools/nvcc_check.py's flags, disassembles it with nvdisasm and, for every
-depthwise_rows_kernel (depthwise_bulk_kernel) instantiation, prints registers, spills and the instructions of its
-main loop by opcode class, in total and per output element (a loop iteration is kUnroll steps of VEC outputs a lane).
+depthwise_rows_kernel instantiation, prints registers, spills and the instructions of its main loop by opcode class,
+in total and per output element (a loop iteration is kUnroll steps of VEC outputs a lane).
 
 The main loop is the innermost back-edge loop holding a whole group's FFMAs (KH * KW * VEC * kUnroll). Its rows:
 `static`, every instruction of the body; `hot`, the path a warp issues in the steady state: through the body's
@@ -43,8 +42,7 @@ namespace convops::cuda::depthwise::rows {{
 }}
 """
 
-# --bulk: the bulk-copy kernel's instantiations (depthwise_conv2d_bulk.cuh), unpadded and padded, as its launch
-# makes them.
+# --bulk: the bulk-copy kernel's instantiations (depthwise_conv2d_bulk.cuh), unpadded and padded, as its launch makes them.
 BULK_TU = """#include "cuda/depthwise_conv2d_bulk.cuh"
 namespace convops::cuda::depthwise::bulk_rows {{
 #define CONVOPS_BULK(T, K, P0) template __global__ void depthwise_bulk_kernel<T, K, K, P0, \\
@@ -271,8 +269,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="build only the rows kernels (P0 = (KW - 1) / 2)")
     parser.add_argument("--bulk", action="store_true", help="build only the bulk-copy kernels (P0 = 0 and "
                                                             "(KW - 1) / 2; 16-bit 7x7 is not one)")
-    parser.add_argument("--sizes", default="3,5,7",
-                        help="--quick / --bulk: filter sizes to instantiate (default 3,5,7)")
+    parser.add_argument("--sizes", default="3,5,7", help="--quick: filter sizes to instantiate (default 3,5,7)")
     parser.add_argument("--header-dir", help="a directory whose cuda/depthwise_conv2d_rows.cuh replaces ours")
     parser.add_argument("--cubin", help="analyse this cubin instead of building (no register report)")
     parser.add_argument("--keep", help="also write the cubin here")

@@ -504,12 +504,11 @@ at::Tensor conv_transpose_kernel_path(const char* op, const at::Tensor& input, c
   return output;
 }
 
-// ATen's transposed convolution of `x`, its output dense in `input`'s memory format.
-at::Tensor aten_conv_transpose(const at::Tensor& x, const at::Tensor& input, const at::Tensor& weight,
-                               const std::optional<at::Tensor>& bias, const ConvTransposeArgs& args) {
+// ATen's transposed convolution of `x` (the input or a channels-last copy of it), in the layout cuDNN gives it.
+at::Tensor aten_conv_transpose(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                               const ConvTransposeArgs& args) {
   return at::convolution(x, weight, bias, args.stride, args.padding, args.dilation, /*transposed=*/true,
-                         args.output_padding, args.groups)
-      .contiguous(input.suggest_memory_format());
+                         args.output_padding, args.groups);
 }
 
 // The convops path, or ATen's transposed convolution where that is faster (cuda/path_choice.cuh). ATen's runs in the
@@ -524,13 +523,13 @@ at::Tensor conv_transpose_cuda(const char* op, const at::Tensor& input, const at
   // Whether the convops path is the GEMM depends on a flag outside the key's tensors (deterministic algorithms): it
   // is part of the problem, so that a decision timed with one implementation is not reused for the other.
   const bool gemm = cuda::conv_transpose_gemm_applies(input, weight, args);
-  const auto aten_in_input_layout = [&] { return aten_conv_transpose(input, input, weight, bias, args); };
+  const auto aten_in_input_layout = [&] {
+    return aten_conv_transpose(input, weight, bias, args).contiguous(input.suggest_memory_format());
+  };
   // cuDNN's NHWC kernels on a channels-last copy; the bias goes in with the copy back (layout_transpose.cuh), as
   // ATen adds it after cuDNN's kernel: the same rounding, one pass over the output fewer.
   const auto aten_through_channels_last = [&] {
-    const at::Tensor y = at::convolution(cuda::channels_last_copy(input), weight, std::nullopt, args.stride,
-                                         args.padding, args.dilation, /*transposed=*/true, args.output_padding,
-                                         args.groups);
+    const at::Tensor y = aten_conv_transpose(cuda::channels_last_copy(input), weight, std::nullopt, args);
     return cuda::channels_first_copy(y, contiguous_or_none(bias));  // a strided bias would miss the fast copy
   };
   const auto aten_path = [&] {

@@ -268,10 +268,9 @@ __device__ __forceinline__ void convolve_band(const Band& band, const float (&w)
     for (int j = 0; j < kUnroll; ++j) {
       const int t = t0 + j;
       before_step(t, j);
-      // Output row t starts here: its first input row (ky = 0) is row t.
+      // Output row t starts here: its first input row (ky = 0) is row t. Its sums start from the bias, in the first
+      // product's FMA where row t is inside the image (a register copy a sum fewer for the issue-bound 16-bit rows).
       float(&fresh)[VEC] = acc[j % KH];
-#pragma unroll
-      for (int v = 0; v < VEC; ++v) fresh[v] = bias;
       if (band.inside(t)) {
         // Warp-uniform: rows of padding add nothing (ATen skips them), and neither do steps past the band.
         uint32_t words[Win::kWords];
@@ -291,9 +290,12 @@ __device__ __forceinline__ void convolve_band(const Band& band, const float (&w)
 #pragma unroll
           for (int kx = 0; kx < KW; ++kx) {
 #pragma unroll
-            for (int v = 0; v < VEC; ++v) sum[v] = fmaf(w[ky][kx], window[v + kx], sum[v]);
+            for (int v = 0; v < VEC; ++v) sum[v] = fmaf(w[ky][kx], window[v + kx], ky + kx == 0 ? bias : sum[v]);
           }
         }
+      } else {
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) fresh[v] = bias;
       }
       // Input row t was the last one output row r = t - (KH - 1) reads.
       const int r = t - (KH - 1);
@@ -301,10 +303,11 @@ __device__ __forceinline__ void convolve_band(const Band& band, const float (&w)
       // (bulk-copy kernel, H200, two rounds a call: fp32 0.5421 / 0.5418 ms plain against 0.5508 / 0.5500
       // streaming; bf16 0.2909 / 0.2912 streaming against 0.2927 / 0.2921 plain; 2026-11-26 23:45 UTC, the two
       // builds alternated: fp32 0.5446 / 0.5448 against 0.5543 / 0.5548).
+      // The row's offset in int: plan_rows bounds a plane below 2^31 elements (a 64-bit product cost 6 instructions a
+      // row more).
       if (static_cast<unsigned>(r) < static_cast<unsigned>(band.rows)) {
         constexpr bool kStreaming = sizeof(scalar_t) != 4;
-        store_outputs<scalar_t, VEC, kStreaming>(out_plane + static_cast<int64_t>(band.oy0 + r) * out_w, ox0, out_w,
-                                                 acc[(j + 1) % KH]);
+        store_outputs<scalar_t, VEC, kStreaming>(out_plane + (band.oy0 + r) * out_w, ox0, out_w, acc[(j + 1) % KH]);
       }
     }
   }

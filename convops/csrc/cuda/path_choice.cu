@@ -18,12 +18,12 @@ namespace cuda {
 namespace {
 
 constexpr int kTimedRuns = 5;  // odd: the median is one run's time
-// Where every path is launch-bound (its median under kLaunchBoundMs: batch-1 layers of 5-15 us), kMoreRuns more
-// rounds follow, and the median is over all 15: there a convops kernel's lead is a few tenths of a microsecond, near
-// the 3% margin below and within the spread of five runs. The small-problem depthwise kernel, which do_bench times
-// 4-9% ahead of cuDNN's on the 14x14 3x3 layers, lost its decision to ATen on some of them (H200 / H100, 2026-11-28
-// 00:10 / 00:24 UTC, bench/RESULTS.md). Fifteen rounds of such paths cost about 4 ms a path, once a problem.
-constexpr int kMoreRuns = 10;  // even, so that the total stays odd
+// Where every path is launch-bound (its median under kLaunchBoundMs: batch-1 layers of 5-15 us), kMoreRuns more runs of
+// each follow, and the median is over all 15: there a convops kernel's lead is a few tenths of a microsecond, near the
+// 3% margin below and within the spread of five runs. The small-problem depthwise kernel, which do_bench times 4-9%
+// ahead of cuDNN's on the 14x14 3x3 layers, lost its decision to ATen on some of them (H200 / H100, 2026-11-28 00:10 /
+// 00:24 UTC, bench/RESULTS.md). Fifteen runs of such paths cost about 4 ms a path, once a problem.
+constexpr int kMoreRuns = 10;  // even: two blocks of five, and the total stays odd
 constexpr double kLaunchBoundMs = 0.05;
 // A convops path must be at least 3% faster than ATen's to be taken. In a near tie ATen's path runs the eager
 // composition's own kernels, so it does eager's work and no more: the decision's five runs and the benchmarks' do_bench
@@ -68,11 +68,15 @@ bool capturing(cudaStream_t stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-// A scratch buffer of twice the device's L2 size: zeroing it evicts whatever a path's inputs left in L2. Undefined
-// where the device has no room for it: the op must not fail for want of memory it does not need, so the paths are
-// then timed as they come (L2 warm); run_auto_path also drops it when a path runs out of memory beside it.
+// A scratch buffer whose zeroing evicts whatever a path's inputs left in L2: 256 MB, as triton.testing.do_bench's (the
+// benchmarks' timing), or twice the L2 where that is more, so that the decision and the benchmarks start their runs
+// alike. Undefined where the device has no room for it: the op must not fail for want of memory it does not need, so
+// the paths are then timed as they come (L2 warm); run_auto_path also drops it when a path runs out of memory beside
+// it.
 at::Tensor l2_flush_buffer(const at::Device& device) {
-  const int64_t bytes = 2 * static_cast<int64_t>(device_attribute<cudaDevAttrL2CacheSize>());
+  constexpr int64_t kDoBenchFlushBytes = int64_t{256} << 20;
+  const int64_t bytes =
+      std::max(kDoBenchFlushBytes, 2 * static_cast<int64_t>(device_attribute<cudaDevAttrL2CacheSize>()));
   try {
     return at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(device));
   } catch (const c10::OutOfMemoryError&) {
@@ -96,28 +100,30 @@ struct TimedPath {
   double* ms;
 };
 
-// Appends `rounds` timed runs of each path to its times (ms), the paths taking turns.
-void time_rounds(c10::ArrayRef<TimedPath> paths, cudaStream_t stream, const at::Tensor& flush, int rounds,
+// Appends `runs` timed runs of each path to its times (ms): each path's runs back to back, as do_bench times them,
+// the paths one after another (last to first where `reverse`).
+void time_blocks(c10::ArrayRef<TimedPath> paths, cudaStream_t stream, const at::Tensor& flush, int runs, bool reverse,
                  std::vector<std::vector<float>>& times) {
   struct Run {
     Event start, end;
   };
-  std::vector<std::vector<Run>> runs(paths.size());
-  for (auto& path_runs : runs) path_runs = std::vector<Run>(rounds);
-  for (int i = 0; i < rounds; ++i) {
-    for (size_t p = 0; p < paths.size(); ++p) {
+  std::vector<std::vector<Run>> events(paths.size());
+  for (auto& path_events : events) path_events = std::vector<Run>(runs);
+  for (size_t k = 0; k < paths.size(); ++k) {
+    const size_t p = reverse ? paths.size() - 1 - k : k;
+    for (int i = 0; i < runs; ++i) {
       at::cuda::sleep(kHostLeadCycles);  // on the current stream, which is `stream`
       if (flush.defined()) C10_CUDA_CHECK(cudaMemsetAsync(flush.data_ptr(), 0, flush.nbytes(), stream));
-      C10_CUDA_CHECK(cudaEventRecord(runs[p][i].start.event, stream));
+      C10_CUDA_CHECK(cudaEventRecord(events[p][i].start.event, stream));
       *paths[p].output = paths[p].run();
-      C10_CUDA_CHECK(cudaEventRecord(runs[p][i].end.event, stream));
+      C10_CUDA_CHECK(cudaEventRecord(events[p][i].end.event, stream));
     }
   }
-  C10_CUDA_CHECK(cudaEventSynchronize(runs.back().back().end.event));
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
   for (size_t p = 0; p < paths.size(); ++p) {
-    for (int i = 0; i < rounds; ++i) {
+    for (int i = 0; i < runs; ++i) {
       float ms = 0.f;
-      C10_CUDA_CHECK(cudaEventElapsedTime(&ms, runs[p][i].start.event, runs[p][i].end.event));
+      C10_CUDA_CHECK(cudaEventElapsedTime(&ms, events[p][i].start.event, events[p][i].end.event));
       times[p].push_back(ms);
     }
   }
@@ -130,29 +136,36 @@ float median(std::vector<float> times) {
   return *middle;
 }
 
-// The GPU milliseconds of one run of each path, the median of kTimedRuns timed runs (kTimedRuns + kMoreRuns where
-// every path is launch-bound) after a warm-up run (cuDNN's algorithm search, first allocations): a single slow run
-// (a clock ramp, a host hiccup between a start event and the path's launches) must not decide, as it could in a mean
-// of three (a convops kernel at 0.0177 ms lost to ATen's 0.027 ms). The paths take turns, one run each per round, so
-// that a slow stretch of the GPU falls on all of them rather than on whichever was being timed. Each run starts with
-// a cold L2, as triton.testing.do_bench times: on batch-1 layers (5-20 us) which path wins depends on it (the
-// convops kernels won with the inputs L2-resident and lost by 0.5-2 us from DRAM on 33 of the bench sweep's rows,
-// 2026-11-26), and the cold condition is the one the benchmarks measure. Every run computes a full output; each
-// path's last timed one is kept in its output.
+// The GPU milliseconds of one run of each path, the median of kTimedRuns timed runs (kTimedRuns + kMoreRuns where every
+// path is launch-bound) after a warm-up run (cuDNN's algorithm search, first allocations): a single slow run (a clock
+// ramp, a host hiccup between a start event and the path's launches) must not decide, as it could in a mean of three (a
+// convops kernel at 0.0177 ms lost to ATen's 0.027 ms). Each path's runs go back to back, in blocks, as do_bench runs
+// them: taking turns, one run each per round, the times of 5-us paths flipped by 0.3-0.6 us from one process to the
+// next (MobileNetV2's c384 14x14 bf16 depthwise layer, convops / ATen: 5.41 / 5.44 us in one, 5.28 / 6.02 in the next;
+// back to back 5.12 / 5.70 and 5.09 / 5.57; do_bench 5.14 / 5.57 and 5.41 / 5.92; H200, 2026-11-28 11:00 / 11:05 UTC,
+// tools/probe/decision_order.py), which handed batch-1 layers that the convops kernel leads by 7-10% to ATen. Where
+// more runs follow, their blocks go in reverse order and then forward again, so that a slow stretch of the GPU falls on
+// every path alike rather than on whichever was being timed. Each run starts with a cold L2, as triton.testing.do_bench
+// times: on batch-1 layers (5-20 us) which path wins depends on it (the convops kernels won with the inputs L2-resident
+// and lost by 0.5-2 us from DRAM on 33 of the bench sweep's rows, 2026-11-26), and the cold condition is the one the
+// benchmarks measure. Every run computes a full output; each path's last timed one is kept in its output.
 // The events must time the GPU's work, not the host's launches: if the GPU waits for the host between a start event
 // and a path's last kernel, the path's host time is what gets timed. That happened on batch-1 layers, whose paths
 // take 5-15 us of GPU time and up to tens of us of host time (cuDNN's set-up, two ops where the mixed path has them)
-// against about 25 us for the flush: "auto" took ATen for EfficientNet-B0's c240 28x28 separable layer in bf16,
-// whose convops kernel do_bench times 1.25x faster (H200, 2026-11-27 00:47 UTC). So the GPU spins before each run
-// (kHostLeadCycles) while the host queues the run whole, as in a network's forward pass, where the host runs ahead
-// of the GPU.
+// against about 25 us for the flush (then of twice the L2): "auto" took ATen for EfficientNet-B0's c240 28x28
+// separable layer in bf16, whose convops kernel do_bench times 1.25x faster (H200, 2026-11-27 00:47 UTC). So the
+// GPU spins before each run (kHostLeadCycles) while the host queues the run whole, as in a network's forward pass,
+// where the host runs ahead of the GPU.
 void time_paths(c10::ArrayRef<TimedPath> paths, cudaStream_t stream, const at::Tensor& flush) {
   for (const TimedPath& path : paths) path.run();
   std::vector<std::vector<float>> times(paths.size());
-  time_rounds(paths, stream, flush, kTimedRuns, times);
+  time_blocks(paths, stream, flush, kTimedRuns, /*reverse=*/false, times);
   const bool launch_bound = std::all_of(times.begin(), times.end(),
                                         [](const std::vector<float>& t) { return median(t) < kLaunchBoundMs; });
-  if (launch_bound) time_rounds(paths, stream, flush, kMoreRuns, times);
+  if (launch_bound) {
+    time_blocks(paths, stream, flush, kMoreRuns / 2, /*reverse=*/true, times);
+    time_blocks(paths, stream, flush, kMoreRuns / 2, /*reverse=*/false, times);
+  }
   for (size_t p = 0; p < paths.size(); ++p) *paths[p].ms = median(times[p]);
 }
 

@@ -108,9 +108,9 @@ Problem<Args...> problem_key(const char* op, const at::Tensor& input, const Args
 std::string& key_buffer();
 
 // "auto" for a problem whose key is in `key`: the recorded path, or, the first time the key is seen, one warm-up run of
-// each path and then five rounds of one timed run each (fifteen where every path is launch-bound; CUDA events on the
-// current stream), the path with the lowest median recorded and the output of its last timed run returned. A convops
-// path must be at least 3% faster than ATen's to be taken: a near tie goes to the ATen composition, eager's own
+// each path and then five timed runs of each, back to back (fifteen where every path is launch-bound; CUDA events on
+// the current stream), the path with the lowest median recorded and the output of its last timed run returned. A
+// convops path must be at least 3% faster than ATen's to be taken: a near tie goes to the ATen composition, eager's own
 // kernels, and timing noise does not flip it between runs. While the stream is being captured into a CUDA graph nothing
 // can be timed: an unrecorded key then runs the convops kernel.
 // mixed_path (may be null): a third candidate, convops' kernel for part of the op and ATen for the rest; it must be
