@@ -3,10 +3,11 @@
 A convops kernel is specialised; on problems where it does not pay, the op runs ATen's path instead. Policies:
 
 - ``"auto"`` (default): the first call of each problem (op, dtypes, sizes, strides, parameters, TF32 flag) times its
-  paths on the GPU, five runs each (fifteen where all take under 50 us) taking turns, each run from a cold L2 cache
-  (as ``triton.testing.do_bench`` measures) and queued whole behind a short GPU spin (so that the host's launches are
-  not what is timed), and keeps the one with the lowest median, the convops kernel only where it is at least 3% faster
-  than ATen (a near tie runs eager's own kernels); :func:`path_choices` lists every decision with its timings.
+  paths on the GPU, five runs each (fifteen where all take under 50 us), each path's runs back to back, each run from
+  a cold L2 cache (as ``triton.testing.do_bench`` measures) and queued whole behind a short GPU spin (so that the
+  host's launches are not what is timed), and keeps the one with the lowest median, the convops kernel only where it
+  is at least 3% faster than ATen (a near tie runs eager's own kernels); :func:`path_choices` lists every decision
+  with its timings.
 - ``"convops"``: always the convops path (the op's kernel; for conv_transpose with kernel == stride, a GEMM and a
   pixel shuffle).  ``"aten"``: always ATen.
 
