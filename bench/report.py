@@ -51,14 +51,19 @@ def progress(record: dict) -> str:
     return ", ".join(parts)
 
 
-def table(records: Sequence[dict], columns: Sequence[str] = COLUMNS, fmt: str = "simple") -> str:
-    headers, body = rows(records, columns)
+def format_table(headers: Sequence[str], body: Sequence[Sequence[str]], fmt: str = "simple") -> str:
+    """tabulate's table of the cells as given (no number parsing), or aligned columns where tabulate is missing."""
     try:
         from tabulate import tabulate
     except ImportError:  # keep a usable report where tabulate is missing
         widths = [max(len(str(c)) for c in col) for col in zip(headers, *body)]
         return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(line, widths)) for line in [headers, *body])
     return tabulate(body, headers=headers, tablefmt=fmt, disable_numparse=True)
+
+
+def table(records: Sequence[dict], columns: Sequence[str] = COLUMNS, fmt: str = "simple") -> str:
+    headers, body = rows(records, columns)
+    return format_table(headers, body, fmt)
 
 
 def problems(records: Sequence[dict]) -> list[str]:

@@ -1,0 +1,166 @@
+"""The issues' performance targets, checked against the JSON files that `python -m bench.run` writes.
+
+    python -m bench.targets RUN.json [MORE.json ...] [--issue 5]
+
+A row of a later file replaces the same case and mode of an earlier one, so a max-autotune run of a seed goes last.
+Seed targets: the convops kernel's fraction of the floor and the op's speedup over the best baseline that ran (eager,
+torch.compile, max-autotune: a speedup target is met only where max-autotune ran). Sweep targets: every non-seed row of
+the issue's ops at the asked speedup or more (1.0 = never slower than the best peer). Accuracy: no convops column of
+the issue's rows failed its check against eager. A target with no row in the files is "not in these runs", never met.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .report import format_table
+
+CONVOPS_COLUMNS = ("convops_kernel", "convops_op", "convops_backend")
+
+
+@dataclass(frozen=True)
+class SeedTarget:
+    issue: int
+    case: str
+    mode: str
+    floor: float | None = None    # the kernel's least fraction of the floor
+    speedup: float | None = None  # the op's least speedup over the best baseline
+
+
+@dataclass(frozen=True)
+class SweepTarget:
+    issue: int
+    ops: tuple[str, ...]
+    speedup: float  # every non-seed row of these ops at this speedup or more
+
+
+DEPTHWISE_OPS = ("depthwise_conv2d", "depthwise_separable_conv2d")
+TRANSPOSE_OPS = ("conv_transpose2d", "conv_transpose3d")
+GN_OPS = ("conv2d_group_norm_scale_max_pool_clamp",)
+ISSUE_OPS = {5: DEPTHWISE_OPS, 6: TRANSPOSE_OPS, 7: GN_OPS}
+
+# As the issues ask them (issues #5, #6 and #7).
+TARGETS: tuple[SeedTarget | SweepTarget, ...] = (
+    SeedTarget(5, "seed/L1-82_depthwise", "fp32", floor=0.85, speedup=3.0),
+    SeedTarget(5, "seed/L1-82_depthwise", "bf16", floor=0.85),
+    SeedTarget(5, "seed/L1-86_depthwise_separable", "tf32", floor=0.75, speedup=3.0),
+    SeedTarget(5, "seed/L1-86_depthwise_separable", "fp32", floor=0.70),
+    SeedTarget(5, "seed/L1-86_depthwise_separable", "bf16", floor=0.75),
+    SweepTarget(5, DEPTHWISE_OPS, 1.0),
+    SeedTarget(6, "seed/L1-70_conv_transpose3d", "tf32", speedup=15.0),
+    SeedTarget(6, "seed/L1-70_conv_transpose3d", "fp32", speedup=4.0),
+    SeedTarget(6, "seed/L1-70_conv_transpose3d", "bf16", speedup=2.5),
+    SeedTarget(6, "seed/L1-65_conv_transpose2d", "tf32", speedup=2.0),
+    SeedTarget(6, "seed/L1-65_conv_transpose2d", "fp32", speedup=1.15),
+    SeedTarget(6, "seed/L1-65_conv_transpose2d", "bf16", speedup=1.5),
+    SweepTarget(6, TRANSPOSE_OPS, 1.0),
+    SeedTarget(7, "seed/L2-85_conv_gn_scale_pool_clamp", "tf32", speedup=12.0),
+    SeedTarget(7, "seed/L2-85_conv_gn_scale_pool_clamp", "fp32", speedup=5.0),
+    SeedTarget(7, "seed/L2-85_conv_gn_scale_pool_clamp", "bf16", speedup=10.0),
+    SweepTarget(7, GN_OPS, 3.0),
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    issue: int
+    target: str
+    asked: str
+    measured: str
+    met: bool
+
+
+def load(paths: Iterable[str]) -> list[dict]:
+    """The rows of the files, one per (case, mode), a later file's replacing an earlier one's."""
+    rows: dict[tuple[str, str], dict] = {}
+    for path in paths:
+        with open(path) as f:
+            for record in json.load(f)["results"]:
+                rows[(record["case"], record["mode"])] = record
+    return list(rows.values())
+
+
+def _ok_ms(record: dict, column: str) -> float | None:
+    col = record["columns"].get(column) or {}
+    return col.get("ms") if col.get("status") == "ok" else None
+
+
+def check_seed(target: SeedTarget, rows: Sequence[dict]) -> Verdict:
+    name = f"{target.case.split('/', 1)[1]} {target.mode}"
+    asked = ", ".join(part for part in (f"{target.floor:.0%} of floor" if target.floor else "",
+                                        f"{target.speedup:g}x" if target.speedup else "") if part)
+    record = next((r for r in rows if r["case"] == target.case and r["mode"] == target.mode), None)
+    if record is None:
+        return Verdict(target.issue, name, asked, "not in these runs", False)
+    met, parts = True, []
+    if target.floor is not None:
+        fraction = record.get("floor_fraction")
+        met &= fraction is not None and fraction >= target.floor
+        parts.append(f"{fraction:.1%} of floor" if fraction is not None else "no kernel time")
+    if target.speedup is not None:
+        speedup = record.get("speedup")
+        met &= speedup is not None and speedup >= target.speedup
+        best = record.get("best_baseline")
+        parts.append(f"{speedup:.2f}x over {best}" if speedup is not None else "no op time")
+        if _ok_ms(record, "max_autotune") is None:  # the best peer may be the one that did not run
+            met = False
+            parts.append("max-autotune not in this run")
+    return Verdict(target.issue, name, asked, ", ".join(parts), met)
+
+
+def check_sweep(target: SweepTarget, rows: Sequence[dict], worst: int = 3) -> Verdict:
+    asked = f"{target.speedup:g}x each" if target.speedup != 1.0 else "never slower than the best peer"
+    sweep = [r for r in rows if r["group"] != "seed" and r["op"] in target.ops]
+    name = f"sweep, {len(sweep)} rows"
+    if not sweep:
+        return Verdict(target.issue, "sweep", asked, "not in these runs", False)
+    below = sorted((r for r in sweep if (r.get("speedup") or 0.0) < target.speedup), key=lambda r: r.get("speedup") or 0)
+    if not below:
+        lowest = min(sweep, key=lambda r: r["speedup"])
+        return Verdict(target.issue, name, asked, f"all; lowest {lowest['speedup']:.3f}x ({lowest['case']} "
+                       f"{lowest['mode']})", True)
+    shown = "; ".join(f"{r['case']} {r['mode']} " + (f"{r['speedup']:.3f}x" if r.get("speedup") else "no op time")
+                      for r in below[:worst])
+    more = f"; {len(below) - worst} more" if len(below) > worst else ""
+    return Verdict(target.issue, name, asked, f"{len(below)} below: {shown}{more}", False)
+
+
+def check_accuracy(issue: int, rows: Sequence[dict]) -> Verdict:
+    mine = [r for r in rows if r["op"] in ISSUE_OPS[issue]]
+    failed = [f"{r['case']} {r['mode']} {column}" for r in mine for column in CONVOPS_COLUMNS
+              if (r["columns"].get(column) or {}).get("status") in ("fail", "error")]
+    measured = f"{len(failed)} failed: " + "; ".join(failed[:3]) if failed else f"every column of {len(mine)} rows"
+    return Verdict(issue, "accuracy", "each convops column within the mode's tolerance of eager", measured,
+                   bool(mine) and not failed)
+
+
+def verdicts(rows: Sequence[dict], issues: Iterable[int] | None = None) -> list[Verdict]:
+    wanted = set(issues) if issues is not None else set(ISSUE_OPS)
+    out = []
+    for issue in sorted(wanted):
+        for target in (t for t in TARGETS if t.issue == issue):
+            out.append(check_seed(target, rows) if isinstance(target, SeedTarget) else check_sweep(target, rows))
+        out.append(check_accuracy(issue, rows))
+    return out
+
+
+def table(found: Sequence[Verdict]) -> str:
+    body = [[f"#{v.issue}", v.target, v.asked, v.measured, "met" if v.met else "NOT MET"] for v in found]
+    return format_table(["issue", "target", "asked", "measured", ""], body, fmt="github")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="JSON files of python -m bench.run, oldest first")
+    parser.add_argument("--issue", type=int, action="append", choices=sorted(ISSUE_OPS),
+                        help="only this issue's targets (repeatable; default all)")
+    args = parser.parse_args(argv)
+    found = verdicts(load(args.runs), args.issue)
+    print(table(found))
+    return 0 if all(v.met for v in found) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
