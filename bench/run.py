@@ -7,14 +7,14 @@
 
 One process, one GPU. For each case and precision mode it checks every column against eager (a wrong result is
 reported as FAIL, not timed), then times the columns with triton.testing.do_bench (median; after each of its L2
-flushes the GPU spins --host-slack-us, 200 by default, so that GPU time is timed, not the host's launches) over
-enough input sets to exceed the L2 cache, one after the other once every compile's background work (Inductor's
-compile workers) has wound down (bench/quiet.py), and in five rounds where a column is launch-bound (under --rounds-below-ms, 0.05 by
-default: batch-1 layers), each column keeping its fastest round, so that such cases compare like with like. Pass 1
-runs every column but max-autotune (about 530 s on an H200 for the full set, 2026-11-27); pass 2 runs max-autotune,
-whose compile takes 5-50 s a case, on its subset (--autotune) until --budget-s is spent. Outputs: a table on the terminal,
-and bench-<time>.json (every number, the card and the versions), .md (the same table for bench/RESULTS.md) and .png
-(speedups) under --out.
+flushes the GPU spins --host-slack-us, 200 by default, so that GPU time is timed, not the host's launches) over enough
+input sets to exceed the L2 cache, one after the other once every compile's background work (Inductor's compile
+workers) has wound down (bench/quiet.py), and in five rounds where a column is launch-bound (under --rounds-below-ms,
+0.05 by default: batch-1 layers), each column keeping its fastest round, so that such cases compare like with like.
+Pass 1 runs every column but max-autotune (about 530 s on an H200 for the full set, 2026-11-27); pass 2 runs
+max-autotune, whose compile takes 5-50 s a case, on its subset (--autotune) until --budget-s is spent. Outputs: a
+table on the terminal, and bench-<time>.json (every number, the card and the versions), .md (the same table for
+bench/RESULTS.md) and .png (speedups) under --out.
 """
 from __future__ import annotations
 

@@ -91,8 +91,8 @@ def _column_result(status: str, ms=None, max_error=None, first_call_s=None, note
 
 
 # Decisions made inside a path (convops.path_choice.stage_of), by stage: a title and what each path means.
-_STAGES = {"mixed_layout": ("", {"convops": "channels-last", "aten": "input layout"}),
-           "aten_layout": ("ATen ", {"convops": "channels-last", "aten": "input layout"}),
+_LAYOUTS = {"convops": "channels-last", "aten": "input layout"}
+_STAGES = {"mixed_layout": ("", _LAYOUTS), "aten_layout": ("ATen ", _LAYOUTS),
            "pointwise": ("1x1 ", {"convops": "gemm", "aten": "cudnn"})}
 
 
