@@ -350,3 +350,31 @@ def test_cuda_graph_capture_of_an_undecided_separable_problem_takes_the_round_tr
         torch.cuda.synchronize()
         assert_close(out, separable_reference(x, *args).cuda())
     assert out.is_contiguous()
+
+
+@pytest.mark.cuda
+@pytest.mark.usefixtures("without_small_separable_kernel")
+def test_cuda_auto_decides_where_the_l2_flush_buffer_does_not_fit():
+    """Where the device has no room for the decision's L2 flush buffer (256 MB), "auto" times the paths with a warm L2
+    instead of failing: here under a per-process memory cap 64 MB above what is in use. The separable op's mixed path
+    makes decisions of its own in its first run (its layout, its 1x1), so nested decisions run under the cap too."""
+    x = make_tensor((2, 12, 19, 21), torch.float32, "cuda")
+    dw, pw = make_tensor((12, 1, 3, 3), torch.float32, "cuda"), make_tensor((20, 12, 1, 1), torch.float32, "cuda")
+    args = (x, dw, None, pw, None, [2, 2], [1, 1], [1, 1])  # stride 2: a mixed path, no fused kernel but the small one
+    convops.clear_path_choices()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    cap = torch.cuda.memory_reserved() + (64 << 20)
+    torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.get_device_properties(0).total_memory)
+    try:
+        with allow_tf32(False), convops.forced_path("auto"):
+            out = torch.ops.convops.depthwise_separable_conv2d(*args)
+            again = torch.ops.convops.depthwise_separable_conv2d(*args)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    decided = [c for c in convops.path_choices() if c.problem.startswith(SEPARABLE + " cuda:0 ")]
+    assert len(decided) == 1 and decided[0].convops_ms > 0 and decided[0].aten_ms > 0, convops.path_choices()
+    with allow_tf32(False):  # the reference follows the flag: strict fp32, as the op ran
+        want = separable_reference(*args).cuda()
+    assert_close(out, want)
+    torch.testing.assert_close(again, out, atol=0, rtol=0)  # the recorded decision

@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
-#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -533,17 +532,13 @@ at::Tensor conv_transpose_cuda(const char* op, const at::Tensor& input, const at
     return cuda::channels_first_copy(y, contiguous_or_none(bias));  // a strided bias would miss the fast copy
   };
   const auto aten_path = [&] {
-    switch (cuda::layout_for(input, "CONVOPS_CONV_TRANSPOSE_LAYOUT")) {
-      case cuda::Layout::kInput: return aten_in_input_layout();
-      case cuda::Layout::kChannelsLast: return aten_through_channels_last();
-      case cuda::Layout::kDecide: break;
-    }
-    const std::string layout_op = std::string(op) + ".aten_layout";
-    return cuda::run_chosen_path(
-        cuda::problem_key(layout_op.c_str(), input, weight, bias, at::IntArrayRef(args.stride),
-                          at::IntArrayRef(args.padding), at::IntArrayRef(args.output_padding), args.groups,
-                          at::IntArrayRef(args.dilation)),
-        aten_through_channels_last, aten_in_input_layout);
+    // The op's name (conv_transpose_entry's) with the stage's suffix, as a literal: nothing to build per call.
+    const char* layout_op =
+        args.spatial_dims == 2 ? "convops::conv_transpose2d.aten_layout" : "convops::conv_transpose3d.aten_layout";
+    return cuda::run_in_chosen_layout(
+        cuda::problem_key(layout_op, input, weight, bias, at::IntArrayRef(args.stride), at::IntArrayRef(args.padding),
+                          at::IntArrayRef(args.output_padding), args.groups, at::IntArrayRef(args.dilation)),
+        "CONVOPS_CONV_TRANSPOSE_LAYOUT", aten_through_channels_last, aten_in_input_layout);
   };
   return cuda::run_chosen_path(
       cuda::problem_key(op, input, weight, bias, at::IntArrayRef(args.stride), at::IntArrayRef(args.padding),

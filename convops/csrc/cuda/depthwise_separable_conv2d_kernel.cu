@@ -207,16 +207,10 @@ at::Tensor depthwise_separable_conv2d_cuda(const at::Tensor& input, const at::Te
     return channels_first_copy(pointwise_stage(mid, mid, o.pw_weight, std::nullopt), o.pw_bias);
   };
   const auto mixed = [&] {
-    const Layout layout = depthwise_to_nhwc_applies(input, d) ? layout_for(input, "CONVOPS_SEPARABLE_MIXED")
-                                                              : Layout::kInput;
-    switch (layout) {
-      case Layout::kInput: return mixed_in_input_layout();
-      case Layout::kChannelsLast: return mixed_through_channels_last();
-      case Layout::kDecide: break;
-    }
-    return run_chosen_path(problem_key(kMixedLayoutOp, input, depthwise_weight, depthwise_bias, pointwise_weight,
-                                       pointwise_bias, stride, padding, dilation),
-                           mixed_through_channels_last, mixed_in_input_layout);
+    if (!depthwise_to_nhwc_applies(input, d)) return mixed_in_input_layout();
+    return run_in_chosen_layout(problem_key(kMixedLayoutOp, input, depthwise_weight, depthwise_bias, pointwise_weight,
+                                            pointwise_bias, stride, padding, dilation),
+                                "CONVOPS_SEPARABLE_MIXED", mixed_through_channels_last, mixed_in_input_layout);
   };
   // The convops path: the fused kernel where it applies, the mixed path elsewhere (channels-last inputs, strides,
   // dilations, other paddings and filters, channel counts whose weights do not fit next to its pipeline, fp64).

@@ -25,6 +25,8 @@ constexpr int kTimedRuns = 5;  // odd: the median is one run's time
 // 00:24 UTC, bench/RESULTS.md). Fifteen runs of such paths cost about 4 ms a path, once a problem.
 constexpr int kMoreRuns = 10;  // even: two blocks of five, and the total stays odd
 constexpr double kLaunchBoundMs = 0.05;
+static_assert(kTimedRuns % 2 == 1 && kMoreRuns % 2 == 0 && kMoreRuns / 2 == kTimedRuns,
+              "odd totals, and the launch-bound runs in two blocks of kTimedRuns");
 // A convops path must be at least 3% faster than ATen's to be taken. In a near tie ATen's path runs the eager
 // composition's own kernels, so it does eager's work and no more: the decision's five runs and the benchmarks' do_bench
 // time batch-1 layers differently by a few percent (EfficientNet-B0's c480 14x14 separable layer, TF32: 13.92 against
@@ -71,8 +73,8 @@ bool capturing(cudaStream_t stream) {
 // A scratch buffer whose zeroing evicts whatever a path's inputs left in L2: 256 MB, as triton.testing.do_bench's (the
 // benchmarks' timing), or twice the L2 where that is more, so that the decision and the benchmarks start their runs
 // alike. Undefined where the device has no room for it: the op must not fail for want of memory it does not need, so
-// the paths are then timed as they come (L2 warm); run_auto_path also drops it when a path runs out of memory beside
-// it.
+// the paths are then timed as they come (L2 warm); run_auto_path also times them without it when a path runs out of
+// memory beside it.
 at::Tensor l2_flush_buffer(const at::Device& device) {
   constexpr int64_t kDoBenchFlushBytes = int64_t{256} << 20;
   const int64_t bytes =
@@ -144,11 +146,12 @@ float median(std::vector<float> times) {
 // next (MobileNetV2's c384 14x14 bf16 depthwise layer, convops / ATen: 5.41 / 5.44 us in one, 5.28 / 6.02 in the next;
 // back to back 5.12 / 5.70 and 5.09 / 5.57; do_bench 5.14 / 5.57 and 5.41 / 5.92; H200, 2026-11-28 11:00 / 11:05 UTC,
 // tools/probe/decision_order.py), which handed batch-1 layers that the convops kernel leads by 7-10% to ATen. Where
-// more runs follow, their blocks go in reverse order and then forward again, so that a slow stretch of the GPU falls on
-// every path alike rather than on whichever was being timed. Each run starts with a cold L2, as triton.testing.do_bench
-// times: on batch-1 layers (5-20 us) which path wins depends on it (the convops kernels won with the inputs L2-resident
-// and lost by 0.5-2 us from DRAM on 33 of the bench sweep's rows, 2026-11-26), and the cold condition is the one the
-// benchmarks measure. Every run computes a full output; each path's last timed one is kept in its output.
+// more runs follow, their blocks go in reverse order and then forward again, so that a drift over the decision (clocks
+// settling) falls on every path about alike; a slow stretch shorter than a block is what the median absorbs. Each run
+// starts with a cold L2, as triton.testing.do_bench times: on batch-1 layers (5-20 us) which path wins depends on it
+// (the convops kernels won with the inputs L2-resident and lost by 0.5-2 us from DRAM on 33 of the bench sweep's rows,
+// 2026-11-26), and the cold condition is the one the benchmarks measure. Every run computes a full output; each path's
+// last timed one is kept in its output.
 // The events must time the GPU's work, not the host's launches: if the GPU waits for the host between a start event
 // and a path's last kernel, the path's host time is what gets timed. That happened on batch-1 layers, whose paths
 // take 5-15 us of GPU time and up to tens of us of host time (cuDNN's set-up, two ops where the mixed path has them)
@@ -156,8 +159,13 @@ float median(std::vector<float> times) {
 // separable layer in bf16, whose convops kernel do_bench times 1.25x faster (H200, 2026-11-27 00:47 UTC). So the
 // GPU spins before each run (kHostLeadCycles) while the host queues the run whole, as in a network's forward pass,
 // where the host runs ahead of the GPU.
-void time_paths(c10::ArrayRef<TimedPath> paths, cudaStream_t stream, const at::Tensor& flush) {
+// The flush buffer (where flush_l2 asks for it and the device has room) is allocated after the warm-up runs: a path's
+// own decisions (the separable op's mixed path decides its layout and its 1x1) are made there, each with a buffer of
+// its own, so that at most one is held at a time, and cuDNN picks its algorithms and workspaces without it.
+void time_paths(c10::ArrayRef<TimedPath> paths, cudaStream_t stream, bool flush_l2) {
   for (const TimedPath& path : paths) path.run();
+  const at::Tensor flush =
+      flush_l2 ? l2_flush_buffer(at::Device(at::kCUDA, c10::cuda::current_device())) : at::Tensor();
   std::vector<std::vector<float>> times(paths.size());
   time_blocks(paths, stream, flush, kTimedRuns, /*reverse=*/false, times);
   const bool launch_bound = std::all_of(times.begin(), times.end(),
@@ -261,18 +269,16 @@ at::Tensor run_auto_path(const std::string& key, c10::function_ref<std::string()
   if (capturing(stream)) return convops_path();
   const std::string own_key = key;  // the paths may call convops ops, which refill this thread's key buffer
   at::Tensor convops_output, aten_output, mixed_output;
-  at::Tensor flush = l2_flush_buffer(at::Device(at::kCUDA, c10::cuda::current_device()));
   double convops_ms = 0.0, aten_ms = 0.0, mixed_ms = -1.0;
   std::vector<TimedPath> paths = {{convops_path, &convops_output, &convops_ms}, {aten_path, &aten_output, &aten_ms}};
   if (mixed_path != nullptr) paths.push_back({*mixed_path, &mixed_output, &mixed_ms});
   try {
-    time_paths(paths, stream, flush);
+    time_paths(paths, stream, /*flush_l2=*/true);
   } catch (const c10::OutOfMemoryError&) {
-    if (!flush.defined()) throw;
-    // The paths need the room more than the timing needs a cold L2.
-    flush = at::Tensor();
+    // The paths need the room more than the timing needs a cold L2; a path that runs out of memory without the flush
+    // buffer as well throws from here.
     convops_output = aten_output = mixed_output = at::Tensor();
-    time_paths(paths, stream, flush);
+    time_paths(paths, stream, /*flush_l2=*/false);
   }
   path = choose_path(convops_ms, aten_ms, mixed_path != nullptr ? mixed_ms : -1.0);
   record_path(own_key, describe(), path, convops_ms, aten_ms, mixed_ms);

@@ -86,6 +86,8 @@ class Problem {
  public:
   Problem(const char* op, const at::Tensor& input, const Args&... args) : op_(op), input_(input), args_(args...) {}
 
+  const at::Tensor& input() const { return input_; }
+
   template <typename Writer>
   void write(Writer& w) const {
     w.header(op_, input_);
@@ -151,6 +153,20 @@ at::Tensor run_chosen_path(const Problem<Args...>& problem, PathFn convops_path,
     return text.str();
   };
   return run_auto_path(key, describe, convops_path, aten_path, mixed_path);
+}
+
+// Runs a path in the layout layout_for gives the problem's input: the input's (input_layout_path), the round trip
+// through channels-last (channels_last_path), or under "auto" the faster of the two, decided as `problem` (the op's
+// name with its stage suffix; the round trip is the "convops" side).
+template <typename... Args>
+at::Tensor run_in_chosen_layout(const Problem<Args...>& problem, const char* switch_name, PathFn channels_last_path,
+                                PathFn input_layout_path) {
+  switch (layout_for(problem.input(), switch_name)) {
+    case Layout::kInput: return input_layout_path();
+    case Layout::kChannelsLast: return channels_last_path();
+    case Layout::kDecide: break;
+  }
+  return run_chosen_path(problem, channels_last_path, input_layout_path);
 }
 
 }  // namespace cuda
