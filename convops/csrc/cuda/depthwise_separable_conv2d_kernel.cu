@@ -154,16 +154,16 @@ constexpr const char* kPointwiseOp = "convops::depthwise_separable_conv2d.pointw
 // shape; but for many images of small planes it runs the NCHW batched GEMM with slow kernels (EfficientNet-B0
 // 1152 -> 192 at 7x7, batch 32, bf16: 40 us against 15 for cuDNN's 1x1; ConvNeXt-T 768 -> 3072: 160 us, H200,
 // 2026-11-27 07:00 UTC, tools/probe/separable_paths.py). Under a fixed policy the GEMM runs where it applies.
-// For few pixels and a large weight (the batch-1 late layers of ConvNeXt-T) "convops" is the few-pixel kernel
-// (depthwise_separable_conv2d_pointwise.cuh), not the GEMM: cuBLAS runs those products at 3-10x the weight's read.
+// Under TF32 for few pixels and a large weight (the batch-1 late layers of ConvNeXt-T) "convops" is the few-pixel
+// kernel (depthwise_separable_conv2d_pointwise.cuh): the NCHW GEMM there runs cuBLAS's kernels for many pixels, and
+// in NHWC there is no GEMM that rounds as cuDNN does.
 at::Tensor pointwise_stage(const at::Tensor& mid, const at::Tensor& input, const at::Tensor& pointwise_weight,
                            const std::optional<at::Tensor>& pointwise_bias) {
   if (pointwise_few_pixels_applies(mid, pointwise_weight)) {
     return run_chosen_path(
         problem_key(kPointwiseOp, mid, pointwise_weight, pointwise_bias),
         [&] {
-          return pointwise_few_pixels(mid, pointwise_weight, pointwise_bias, input.suggest_memory_format(),
-                                      conv_allows_tf32(mid));
+          return pointwise_few_pixels(mid, pointwise_weight, pointwise_bias, input.suggest_memory_format());
         },
         [&] { return aten_pointwise(mid, input, pointwise_weight, pointwise_bias); });
   }
