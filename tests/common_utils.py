@@ -91,17 +91,19 @@ def allow_tf32(flag: bool):
         torch.backends.cudnn.allow_tf32 = old
 
 
-def poison_allocator(device, nbytes: int) -> None:
-    """Fill the memory the next allocation of nbytes will most likely receive with NaN.
+def poison_allocator(device, *nbytes: int) -> None:
+    """Fill the memory the next allocations of these sizes will most likely receive with NaN.
 
     On CUDA the caching allocator hands a freed block of the same size class to the next request, so an op's output
-    starts as NaN and any element the kernel fails to write shows up as a mismatch. (On the CPU, large blocks come
-    from fresh mmap pages; the CPU kernels are checked by the same comparisons.)
+    starts as NaN and any element the kernel fails to write shows up as a mismatch. Where the op allocates
+    intermediates before its output, pass their sizes too, in any order: the blocks are all held, then freed, so that
+    each allocation finds one of its size. (On the CPU, large blocks come from fresh mmap pages; the CPU kernels are
+    checked by the same comparisons.)
     """
-    if torch.device(device).type != "cuda" or nbytes == 0:
+    if torch.device(device).type != "cuda":
         return
-    filler = torch.full((math.ceil(nbytes / 4),), float("nan"), dtype=torch.float32, device=device)
-    del filler
+    fillers = [torch.full((math.ceil(n / 4),), float("nan"), dtype=torch.float32, device=device) for n in nbytes if n]
+    del fillers
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None, **overrides):

@@ -299,15 +299,21 @@ def test_cuda_round_trip_on_small_planes_of_many_channels(monkeypatch, case, dty
 
 
 # Problems whose 1x1 takes the few-pixel kernel under TF32 (csrc/cuda/depthwise_separable_conv2d_pointwise.cuh: at
-# most 256 pixels, a weight of 2^17 elements or more): ConvNeXt-T's batch-1 768 -> 3072 layer (8 splits of 96
-# channels on 132 SMs); three images of 5x6 with 257 couts (a ragged cout tile) and 522 channels (not a multiple of
-# 4: the weight's 4-byte copies, a ragged last slice); a multiplier with stride 2 onto 7x7; 16x16 (four pixel tiles)
-# with 32 channels (one split, the outputs stored by the product kernel).
+# most 256 pixels, a weight of 2^17 elements or more):
+# - ConvNeXt-T's batch-1 768 -> 3072 layer (8 splits of 96 channels on 132 SMs, 7 of 8 pixel n-tiles);
+# - three images of 5x6 with 257 couts (a ragged cout tile) and 522 channels (not a multiple of 4: 4-byte copies, a
+#   last slice of 10);
+# - 516 channels (16-byte copies, a last slice of 4 of the mma's 8) onto a 1x49 plane (H = 1);
+# - a multiplier with stride 2 onto 7x7, no pointwise bias;
+# - 16x16 (four pixel tiles) with 32 channels (one split: the product kernel stores the outputs, with the bias);
+# - 5x5 with 32 channels and 4100 couts, no bias (one split, ragged couts and pixels).
 FEW_PIXEL_CASES = [
     (1, 768, 1, 3072, 7, 7, (7, 7), (1, 1), (3, 3), (1, 1), True, True),
     (3, 522, 1, 257, 5, 6, (3, 3), (1, 1), (1, 1), (1, 1), False, True),
+    (1, 516, 1, 256, 1, 49, (1, 3), (1, 1), (0, 1), (1, 1), True, True),
     (1, 384, 2, 300, 14, 14, (3, 3), (2, 2), (1, 1), (1, 1), True, False),
     (1, 32, 1, 4096, 16, 16, (3, 3), (1, 1), (1, 1), (1, 1), True, True),
+    (1, 32, 1, 4100, 5, 5, (3, 3), (1, 1), (1, 1), (1, 1), False, False),
 ]
 
 
@@ -318,17 +324,19 @@ FEW_PIXEL_CASES = [
 @pytest.mark.parametrize("layout,mixed", [("contiguous", "input"), ("contiguous", "channels_last"),
                                           ("channels_last", "input"), ("strided", "input")])
 def test_cuda_few_pixel_pointwise_matches_reference(monkeypatch, case, dtype, tf32, layout, mixed):
-    """The mixed path's 1x1 (every fused kernel left out) on NCHW, NHWC (the round trip's, and a channels-last
-    input's) and strided inputs' intermediates: under TF32 the few-pixel kernel runs, and its output, poisoned
-    before, is within 1e-4 of the float64 reference whose operands are rounded to TF32 to nearest as cuDNN rounds
-    them (operands truncated would be about 1e-3 off on these sums); in the other modes the 1x1 stays the GEMM or
-    cuDNN's, at the dtype's tolerance."""
+    """The mixed path's 1x1 (every fused kernel left out) on NCHW and NHWC intermediates (the round trip's, and a
+    channels-last input's): under TF32 the few-pixel kernel runs, and its output, poisoned before (as is the
+    intermediate's block, allocated first), is within 1e-4 of the float64 reference whose operands are rounded
+    to TF32 to nearest as cuDNN rounds them (operands truncated would be off by 1e-3 to 1e-2 on these sums); in the
+    other modes the 1x1 stays the GEMM or cuDNN's, at the dtype's tolerance."""
     monkeypatch.setenv("CONVOPS_SEPARABLE_KERNEL", "none")
     monkeypatch.setenv("CONVOPS_SEPARABLE_MIXED", mixed)
     with allow_tf32(tf32), convops.forced_path("convops"):
         args = make_problem(case, dtype, "cuda", layout)
         expected = separable_reference(*args)
-        poison_allocator("cuda", 2 * expected.numel() * args[0].element_size())
+        n, c_mid, h, w = expected.shape[0], args[1].shape[0], expected.shape[2], expected.shape[3]
+        size = args[0].element_size()
+        poison_allocator("cuda", n * c_mid * h * w * size, expected.numel() * size)  # the intermediate, the output
         outputs = []
         ran = cuda_kernels_run(lambda: outputs.append(convops.depthwise_separable_conv2d(*args)))
     taken = dtype == torch.float32 and tf32

@@ -7,11 +7,14 @@
 //
 // Design (depthwise_separable_conv2d_pointwise.cu): the grid is (tiles of 64 couts, tiles of 64 pixels, splits of
 // the input channels), as many splits as fill one wave of three CTAs an SM, so that the weight is read once, by
-// every SM at a time. A CTA copies its whole share (64 couts x up to 128 channels of the weight, the channels' 64
-// pixels of the input: 70 KB) to shared memory with cp.async, all of it in flight at once, so it waits for one round
-// trip to memory; then each of its 4 warps computes 16 couts x 64 pixels on the tensor cores (mma.sync m16n8k8).
-// With several splits a second kernel adds the splits' partial sums in split order (the result does not depend on
-// timing), adds the bias and stores the output.
+// every SM at a time. A CTA issues every copy of its share (64 couts x up to 128 channels of the weight, the
+// channels' pixels of the input: up to 70 KB) with cp.async before waiting for any, each warp copying whole rows of
+// consecutive addresses, and only what the MMAs read (the channels up to a multiple of 8, the pixels up to one);
+// then each of its 4 warps computes 16 couts x the tile's pixels on the tensor cores (mma.sync m16n8k8). The input
+// tile is held [channel][pixel] for an NCHW intermediate and [pixel][channel] for an NHWC one, so that the copies
+// read consecutive addresses and the fragment reads fall in distinct banks in both. With several splits a second
+// kernel adds the splits' partial sums in split order (the result does not depend on timing), adds the bias and
+// stores the output.
 //
 // A first version on the CUDA cores (FFMA, 2 couts x 4 pixels a thread, 32 channels a step with the next step's
 // loads in flight) was correct and 2.5-4x slower than cuDNN under TF32 (41-45 us on c768 7x7 -> 3072, H200,
