@@ -110,6 +110,12 @@ def check_seed(target: SeedTarget, rows: Sequence[dict]) -> Verdict:
     return Verdict(target.issue, name, asked, ", ".join(parts), met)
 
 
+# A row that meets its sweep target by less than this could miss it in the next run: batch-1 rows of 5-25 us move by
+# 1-3% from one run to the next (bench/RESULTS.md, the #5 runs of 2026-11-28, whose rows under 1.0x were others each
+# time). The verdict counts them, so that a target met by ties reads as such.
+NEAR_MARGIN = 0.03
+
+
 def check_sweep(target: SweepTarget, rows: Sequence[dict], worst: int = 3) -> Verdict:
     asked = f"{target.speedup:g}x each" if target.speedup != 1.0 else "never slower than the best peer"
     sweep = [r for r in rows if r["group"] != "seed" and r["op"] in target.ops]
@@ -117,14 +123,16 @@ def check_sweep(target: SweepTarget, rows: Sequence[dict], worst: int = 3) -> Ve
     if not sweep:
         return Verdict(target.issue, "sweep", asked, "not in these runs", False)
     below = sorted((r for r in sweep if (r.get("speedup") or 0.0) < target.speedup), key=lambda r: r.get("speedup") or 0)
+    near = sum(target.speedup <= (r.get("speedup") or 0.0) < target.speedup * (1 + NEAR_MARGIN) for r in sweep)
+    near_note = f"; {near} within {NEAR_MARGIN:.0%} above" if near else ""
     if not below:
         lowest = min(sweep, key=lambda r: r["speedup"])
         return Verdict(target.issue, name, asked, f"all; lowest {lowest['speedup']:.3f}x ({lowest['case']} "
-                       f"{lowest['mode']})", True)
+                       f"{lowest['mode']}){near_note}", True)
     shown = "; ".join(f"{r['case']} {r['mode']} " + (f"{r['speedup']:.3f}x" if r.get("speedup") else "no op time")
                       for r in below[:worst])
     more = f"; {len(below) - worst} more" if len(below) > worst else ""
-    return Verdict(target.issue, name, asked, f"{len(below)} below: {shown}{more}", False)
+    return Verdict(target.issue, name, asked, f"{len(below)} below: {shown}{more}{near_note}", False)
 
 
 def check_accuracy(issue: int, rows: Sequence[dict]) -> Verdict:
