@@ -4,9 +4,9 @@ import json
 from bench import targets
 
 
-def record(case, mode, op, speedup=None, floor_fraction=None, max_autotune=True, status="ok"):
+def record(case, mode, op, speedup=None, floor_fraction=None, max_autotune=True, status="ok", max_error=0.0):
     """A bench row as bench/runner.py writes it, with only what the targets read."""
-    columns = {name: {"status": status, "ms": 1.0} for name in targets.CONVOPS_COLUMNS}
+    columns = {name: {"status": status, "ms": 1.0, "max_error": max_error} for name in targets.CONVOPS_COLUMNS}
     columns["max_autotune"] = {"status": "ok", "ms": 2.0} if max_autotune else {"status": "skipped", "ms": None}
     return {"case": case, "group": case.split("/", 1)[0], "op": op, "mode": mode, "columns": columns,
             "speedup": speedup, "floor_fraction": floor_fraction, "best_baseline": "inductor"}
@@ -60,6 +60,16 @@ def test_a_failed_check_fails_accuracy():
             record("mobilenet_v2/dw_b32", "bf16", "depthwise_conv2d", speedup=1.1, status="fail")]
     accuracy = by_target(targets.verdicts(rows, [5]))[(5, "accuracy")]
     assert not accuracy.met and accuracy.measured.startswith("3 failed: mobilenet_v2/dw_b32 bf16 convops_kernel")
+
+
+def test_accuracy_holds_fp32_and_tf32_to_1e4_of_eager_and_reports_bf16():
+    rows = [record("mobilenet_v2/dw_b1", "tf32", "depthwise_conv2d", speedup=1.1, max_error=2e-6),
+            record("mobilenet_v2/dw_b1", "bf16", "depthwise_conv2d", speedup=1.1, max_error=7.8e-3)]
+    accuracy = by_target(targets.verdicts(rows, [5]))[(5, "accuracy")]
+    assert accuracy.met and accuracy.measured.endswith("largest |convops - eager|: bf16 7.8e-03, tf32 2.0e-06")
+    rows.append(record("mobilenet_v2/dw_b32", "fp32", "depthwise_conv2d", speedup=1.1, max_error=2e-4))
+    accuracy = by_target(targets.verdicts(rows, [5]))[(5, "accuracy")]
+    assert not accuracy.met and "fp32 2.0e-04" in accuracy.measured  # the runner's check passed, 1e-4 did not
 
 
 def test_a_later_run_replaces_a_row_and_the_exit_status_says_whether_all_are_met(tmp_path, capsys):
