@@ -159,7 +159,7 @@ def check_accuracy(issue: int, rows: Sequence[dict]) -> Verdict:
     if failed:
         measured = f"{len(failed)} failed: " + "; ".join(failed[:3])
     else:
-        measured = f"every column of {len(mine)} rows; largest |convops - eager|: {errors}"
+        measured = f"every column of {len(mine)} rows; largest difference from eager: {errors}"
     return Verdict(issue, "accuracy", "every convops column passes; fp32 / tf32 within 1e-4 of eager",
                    measured, bool(mine) and not failed and not too_far)
 
