@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -117,15 +118,19 @@ def check_seed(target: SeedTarget, rows: Sequence[dict]) -> Verdict:
 NEAR_MARGIN = 0.03
 
 
+def _speedup(record: dict) -> float:
+    """The op's speedup over the best baseline, 0 where the op has no time."""
+    return record.get("speedup") or 0.0
+
+
 def check_sweep(target: SweepTarget, rows: Sequence[dict], worst: int = 3) -> Verdict:
     asked = f"{target.speedup:g}x each" if target.speedup != 1.0 else "never slower than the best peer"
     sweep = [r for r in rows if r["group"] != "seed" and r["op"] in target.ops]
     name = f"sweep, {len(sweep)} rows"
     if not sweep:
         return Verdict(target.issue, "sweep", asked, "not in these runs", False)
-    below = sorted((r for r in sweep if (r.get("speedup") or 0.0) < target.speedup),
-                   key=lambda r: r.get("speedup") or 0.0)
-    near = sum(target.speedup <= (r.get("speedup") or 0.0) < target.speedup * (1 + NEAR_MARGIN) for r in sweep)
+    below = sorted((r for r in sweep if _speedup(r) < target.speedup), key=_speedup)
+    near = sum(target.speedup <= _speedup(r) < target.speedup * (1 + NEAR_MARGIN) for r in sweep)
     near_note = f"; {near} within {NEAR_MARGIN:.0%} above" if near else ""
     if not below:
         lowest = min(sweep, key=lambda r: r["speedup"])
@@ -140,7 +145,7 @@ def check_sweep(target: SweepTarget, rows: Sequence[dict], worst: int = 3) -> Ve
 # The issues' accuracy ask: within atol = rtol = 1e-4 of eager in the same mode. The JSON holds each column's largest
 # absolute difference from eager, so the check here is the stricter |difference| <= 1e-4, in the fp32 modes; a bf16
 # ulp is 2^-8 relative (3.9e-3 at 1.0), so bf16 results are reported, held to the runner's bf16 tolerance only.
-ACCURACY_ATOL = 1e-4  # as the verdict's text says
+ACCURACY_ATOL = 1e-4
 FP32_MODES = ("fp32", "tf32")
 
 
@@ -152,7 +157,7 @@ def check_accuracy(issue: int, rows: Sequence[dict]) -> Verdict:
     for r in mine:
         for column in CONVOPS_COLUMNS:
             error = (r["columns"].get(column) or {}).get("max_error")
-            if error is not None and error == error:  # not NaN
+            if error is not None and not math.isnan(error):
                 largest[r["mode"]] = max(largest.get(r["mode"], 0.0), error)
     too_far = [mode for mode in FP32_MODES if largest.get(mode, 0.0) > ACCURACY_ATOL]
     errors = ", ".join(f"{mode} {largest[mode]:.1e}" for mode in sorted(largest))
@@ -160,8 +165,8 @@ def check_accuracy(issue: int, rows: Sequence[dict]) -> Verdict:
         measured = f"{len(failed)} failed: " + "; ".join(failed[:3])
     else:
         measured = f"every column of {len(mine)} rows; largest difference from eager: {errors}"
-    return Verdict(issue, "accuracy", "every convops column passes; fp32 / tf32 within 1e-4 of eager",
-                   measured, bool(mine) and not failed and not too_far)
+    asked = f"every convops column passes; {' / '.join(FP32_MODES)} within {ACCURACY_ATOL:.0e} of eager"
+    return Verdict(issue, "accuracy", asked, measured, bool(mine) and not failed and not too_far)
 
 
 def verdicts(rows: Sequence[dict], issues: Iterable[int] | None = None) -> list[Verdict]:
