@@ -64,6 +64,10 @@ def parse_args(argv):
                    help=f"GPU spin after each L2 flush, hiding the host's launch time from the timed region "
                         f"(default {HOST_SLACK_US:g}; 0 times with the host in the loop)")
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"), help="output folder")
+    p.add_argument("--shard", metavar="K/N", type=_shard,
+                   help="only the K-th of N interleaved shares of the (case, mode) work (K from 0), for one run over "
+                        "N GPUs of a host: a process a GPU, each with its own --out (tools/bench_sharded.sh); "
+                        "python -m bench.targets reads their JSON files together")
     p.add_argument("--list", action="store_true", help="print the selected case names and exit")
     args = p.parse_args(argv)
     args.modes = _names(args.modes, MODES, "mode")
@@ -73,6 +77,16 @@ def parse_args(argv):
     args.autotune = args.autotune or ("seeds" if args.quick else "default")
     args.budget_s = args.budget_s or (150.0 if args.quick else 720.0)
     return args
+
+
+def _shard(text):
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard wants K/N, such as 0/4, not {text!r}")
+    if not 0 <= k < n:
+        raise argparse.ArgumentTypeError(f"--shard {text}: K must be 0 to N - 1")
+    return k, n
 
 
 def _names(text, allowed, what):
@@ -90,6 +104,10 @@ def work_items(cases, args):
     sweep = [c for c in cases if not c.is_seed]
     items = [(c, MODES[m]) for m in args.modes for c in seeds]
     items += [(c, MODES[m]) for m in args.sweep_modes for c in sweep]
+    if args.shard is not None:
+        # Interleaved, so that each share holds its part of the seeds (the longest compiles) and of every mode.
+        k, n = args.shard
+        items = items[k::n]
     return items
 
 
@@ -177,7 +195,7 @@ def main(argv=None) -> int:
     stem = os.path.join(args.out, "bench-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     meta = _versions()
     meta.update(argv=sys.argv[1:] if argv is None else list(argv), quick=args.quick, modes=args.modes,
-                sweep_modes=args.sweep_modes, autotune=args.autotune, budget_s=args.budget_s,
+                shard=args.shard, sweep_modes=args.sweep_modes, autotune=args.autotune, budget_s=args.budget_s,
                 tolerances={m.name: {"atol": m.atol, "rtol": m.rtol} for m in MODES.values()},
                 convops_cuda_kernels={op: convops.has_cuda_kernels(op) for op in (
                     "depthwise_conv2d", "depthwise_separable_conv2d", "conv_transpose2d", "conv_transpose3d",

@@ -49,6 +49,18 @@ def test_the_sweep_counts_every_non_seed_row_of_the_issue_ops():
     assert sweep.measured == "all; lowest 1.030x (mobilenet_v2/dw_b1 bf16)"
 
 
+def test_the_sweep_needs_max_autotune_on_every_row():
+    rows = [record("mobilenet_v2/dw_b1", "bf16", "depthwise_conv2d", speedup=1.2),
+            record("mobilenet_v2/dws_b1", "tf32", "depthwise_separable_conv2d", speedup=1.5, max_autotune=False)]
+    sweep = by_target(targets.verdicts(rows, [5]))[(5, "sweep, 2 rows")]
+    assert not sweep.met  # the row without max-autotune may be slower than it
+    assert sweep.measured == ("all; lowest 1.200x (mobilenet_v2/dw_b1 bf16); max-autotune not run on "
+                              "1 of 2 rows")
+    rows[0]["speedup"] = 0.9
+    sweep = by_target(targets.verdicts(rows, [5]))[(5, "sweep, 2 rows")]
+    assert sweep.measured == "1 below: mobilenet_v2/dw_b1 bf16 0.900x; max-autotune not run on 1 of 2 rows"
+
+
 def test_issue_7_asks_3x_of_every_sweep_row():
     rows = [record("gn_block/a", "bf16", "conv2d_group_norm_scale_max_pool_clamp", speedup=2.9)]
     sweep = by_target(targets.verdicts(rows, [7]))[(7, "sweep, 1 rows")]

@@ -283,6 +283,20 @@ def test_bench_autotune_order_and_budget():
     assert plan.skip_reason("convops_op", case, mode) is None
 
 
+def test_bench_shards_split_the_work_into_interleaved_shares():
+    """--shard K/N: N disjoint shares whose union is the whole run, each with its part of the seeds and modes."""
+    from bench import run as bench_run
+    cases = bench_cases.all_cases()
+    whole = bench_run.work_items(cases, bench_run.parse_args([]))
+    shares = [bench_run.work_items(cases, bench_run.parse_args(["--shard", f"{k}/4"])) for k in range(4)]
+    names = [[(c.name, m.name) for c, m in share] for share in shares]
+    assert sorted(sum(names, [])) == sorted((c.name, m.name) for c, m in whole)
+    assert all(share[0][0].is_seed and {m.name for _, m in share} == {"tf32", "fp32", "bf16"} for share in shares)
+    for bad in ("4/4", "1", "a/b", "-1/2"):
+        with pytest.raises(SystemExit):
+            bench_run.parse_args(["--shard", bad])
+
+
 def test_bench_times_every_column_of_a_case_under_the_same_conditions(monkeypatch):
     """Every column runs and is checked first (the uncompiled ones after one settle, each compile followed by a
     settle), then all are timed after one more settle, the uncompiled ones first; the kernel column's calls run
