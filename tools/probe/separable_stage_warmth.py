@@ -16,6 +16,11 @@ is the wrong one inside the op (bench/PERF_NOTES.md, #5).
 
     python tools/probe/separable_stage_warmth.py
 
+Found (H200, 2026-11-28 13:21 UTC, bench/PERF_NOTES.md): not the cold decision. On the c144 5x5 bf16 row the two 1x1s
+tie alone (GEMM 5.98, cuDNN 5.95 us), "auto" took cuDNN's, and the op ran 10.46 us, as fast as the forced GEMM path
+(10.40) and not the 11.49 of "dw + cudnn". On the c144 3x3 bf16 row "auto" took the GEMM and ran 10.37 us against the
+forced path's 9.38, unexplained.
+
 Needs a GPU and a CUDA build.
 """
 from __future__ import annotations
