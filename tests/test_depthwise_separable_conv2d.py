@@ -299,17 +299,16 @@ def test_cuda_round_trip_on_small_planes_of_many_channels(monkeypatch, case, dty
 
 
 # Problems whose 1x1 takes the few-pixel kernel under TF32 (csrc/cuda/depthwise_separable_conv2d_pointwise.cuh: at
-# most 256 pixels, a weight of 2^17 elements or more):
-# - ConvNeXt-T's batch-1 768 -> 3072 layer (8 splits of 96 channels on 132 SMs, 7 of 8 pixel n-tiles);
-# - three images of 5x6 with 257 couts (a ragged cout tile) and 522 channels (not a multiple of 4: 4-byte copies, a
-#   last slice of 10);
-# - 516 channels (16-byte copies, a last slice of 4 of the mma's 8) onto a 1x49 plane (H = 1);
+# most 256 pixels, a weight of 2^17 elements or more, channels a multiple of 4), with the split plan on 132 SMs:
+# - ConvNeXt-T's batch-1 768 -> 3072 layer (8 splits of 3 stages of 32 channels, a ring of 3; 7 of 8 pixel blocks);
+# - three images of 5x6 (two pixel tiles) with 257 couts (a ragged cout tile) and 524 channels (a last stage of 12);
+# - 516 channels (a last stage of 4) onto a 1x49 plane (H = 1);
 # - a multiplier with stride 2 onto 7x7, no pointwise bias;
 # - 16x16 (four pixel tiles) with 32 channels (one split: the product kernel stores the outputs, with the bias);
-# - 5x5 with 32 channels and 4100 couts, no bias (one split, ragged couts and pixels).
+# - 5x5 with 32 channels and 4100 couts, no bias (one split, ragged couts, warps without pixels).
 FEW_PIXEL_CASES = [
     (1, 768, 1, 3072, 7, 7, (7, 7), (1, 1), (3, 3), (1, 1), True, True),
-    (3, 522, 1, 257, 5, 6, (3, 3), (1, 1), (1, 1), (1, 1), False, True),
+    (3, 524, 1, 257, 5, 6, (3, 3), (1, 1), (1, 1), (1, 1), False, True),
     (1, 516, 1, 256, 1, 49, (1, 3), (1, 1), (0, 1), (1, 1), True, True),
     (1, 384, 2, 300, 14, 14, (3, 3), (2, 2), (1, 1), (1, 1), True, False),
     (1, 32, 1, 4096, 16, 16, (3, 3), (1, 1), (1, 1), (1, 1), True, True),
@@ -367,14 +366,15 @@ def test_cuda_few_pixel_pointwise_matches_reference(monkeypatch, case, dtype, tf
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("c_out,hw,taken", [(256, (16, 16), True), (256, (1, 257), False), (255, (16, 16), False)],
-                         ids=["256_pixels", "257_pixels", "weight_under_2^17"])
-def test_cuda_few_pixel_pointwise_scope(monkeypatch, c_out, hw, taken):
-    """Under TF32 the few-pixel kernel takes at most 256 pixels and a weight of at least 2^17 elements (512 channels
-    here); outside that the mixed path's 1x1 is the GEMM, as before."""
+@pytest.mark.parametrize("channels,c_out,hw,taken", [(512, 256, (16, 16), True), (512, 256, (1, 257), False),
+                                                     (512, 255, (16, 16), False), (514, 256, (16, 16), False)],
+                         ids=["256_pixels", "257_pixels", "weight_under_2^17", "channels_not_a_multiple_of_4"])
+def test_cuda_few_pixel_pointwise_scope(monkeypatch, channels, c_out, hw, taken):
+    """Under TF32 the few-pixel kernel takes at most 256 pixels, a weight of at least 2^17 elements and channels a
+    multiple of 4 (its 16-byte weight copies); outside that the mixed path's 1x1 is the GEMM, as before."""
     monkeypatch.setenv("CONVOPS_SEPARABLE_KERNEL", "none")
     monkeypatch.setenv("CONVOPS_SEPARABLE_MIXED", "input")
-    case = (1, 512, 1, c_out, *hw, (1, 1), (1, 1), (0, 0), (1, 1), False, True)
+    case = (1, channels, 1, c_out, *hw, (1, 1), (1, 1), (0, 0), (1, 1), False, True)
     with allow_tf32(True), convops.forced_path("convops"):
         ran = cuda_kernels_run(lambda: check_against_reference(case, torch.float32, "cuda", "contiguous", unfused=True))
     assert any("pointwise_few_pixels_kernel" in name for name in ran) == taken, ran

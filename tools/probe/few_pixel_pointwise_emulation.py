@@ -1,95 +1,177 @@
-"""A numpy emulation of the few-pixel 1x1's indexing (csrc/cuda/depthwise_separable_conv2d_pointwise.cu): the host's split
-plan, every copy into NaN-filled shared memory, the mma.sync m16n8k8 fragments as the PTX ISA lays them out, the stores;
-checked against a plain product on NCHW, NHWC and strided inputs. A mirror of the kernel, for checking changes to its
-indexing on a machine without a GPU; keep the two in step.
+"""A numpy mirror of the few-pixel 1x1's indexing (csrc/cuda/depthwise_separable_conv2d_pointwise.cu), to check a
+change to it on a machine without a GPU: the host's split plan, each stage's copies into a ring slot refilled with NaN
+before every load (a read of a stale or unwritten element shows as NaN), the mma.sync m16n8k8 fragments as the PTX
+ISA lays them out, the stores of the outputs or of the partial sums and their sum in split order. Checked against a
+plain product on NCHW, NHWC and strided intermediates. Keep the two in step.
 
     python tools/probe/few_pixel_pointwise_emulation.py
 """
+from __future__ import annotations
+
 import numpy as np
-CT, PT, MS, CP, PP = 64, 64, 128, 132, 72
-def cdiv(a,b): return (a+b-1)//b
-def plan(C, Cout, P, sms=132):
-    tiles = cdiv(Cout,64)*cdiv(P,64); one = 3*sms//tiles
-    wanted = max(cdiv(C,128), min(one, cdiv(C,32)))
-    sl = cdiv(cdiv(C,wanted),8)*8; return sl, cdiv(C,sl)
+
+WARPS_M, WARPS_N = 4, 2
+THREADS = 32 * WARPS_M * WARPS_N
+COUT_TILE, PIXEL_TILE, CHUNK, STAGES, CTAS_PER_SM = 32 * WARPS_M, 32 * WARPS_N, 32, 3, 2
+ROW_PITCH, PIXEL_PITCH = CHUNK + 4, PIXEL_TILE + 8
+WEIGHT_STAGE = COUT_TILE * ROW_PITCH
+STAGE_FLOATS = WEIGHT_STAGE + max(PIXEL_TILE * ROW_PITCH, CHUNK * PIXEL_PITCH)
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def split_plan(channels, out_channels, pixels, sms=132):
+    chunks = cdiv(channels, CHUNK)
+    tiles = cdiv(out_channels, COUT_TILE) * cdiv(pixels, PIXEL_TILE)
+    wanted = min(max(CTAS_PER_SM * sms // tiles, 1), chunks)
+    per_split = cdiv(chunks, wanted)
+    return per_split, cdiv(chunks, per_split)
+
+
 def mma(acc, a, b):
-    A = np.zeros((16,8)); B = np.zeros((8,8))
-    for l in range(32):
-        g,t = l//4,l%4
-        A[g,t],A[g+8,t],A[g,t+4],A[g+8,t+4] = a[l]; B[t,g],B[t+4,g] = b[l]
-    D = A@B
-    for l in range(32):
-        g,t = l//4,l%4
-        acc[l] += [D[g,2*t],D[g,2*t+1],D[g+8,2*t],D[g+8,2*t+1]]
-def copy_row(sm, dst, src_buf, src, count, valid, vec):
-    step = 4 if vec else 1
-    for k in range(0, count, step):
-        for j in range(step):
-            sm[dst+k+j] = src_buf[src+k+j] if valid else 0.0
-def run(N,C,H,W,Cout,fmt,rng):
-    P=N*H*W; x=rng.standard_normal((N,C,H,W)); w=rng.standard_normal((Cout,C))
-    if fmt=="nhwc": buf=np.ascontiguousarray(x.transpose(0,2,3,1)).ravel(); st=(H*W*C,1,W*C,C); off=0
-    elif fmt=="nchw": buf=x.ravel().copy(); st=(C*H*W,H*W,W,1); off=0
+    """acc[lane] += the lane's share of A (16x8) @ B (8x8), from the lanes' fragments."""
+    A, B = np.full((16, 8), np.nan), np.full((8, 8), np.nan)
+    for lane in range(32):
+        g, t = divmod(lane, 4)
+        A[g, t], A[g + 8, t], A[g, t + 4], A[g + 8, t + 4] = a[lane]
+        B[t, g], B[t + 4, g] = b[lane]
+    D = A @ B
+    for lane in range(32):
+        g, t = divmod(lane, 4)
+        acc[lane] += [D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1]]
+
+
+def load_stage(smem, slot, p, pixel_at, cout0, k0, pixel_rows):
+    base = slot * STAGE_FLOATS
+    smem[base:base + STAGE_FLOATS] = np.nan
+    pieces = CHUNK // 4
+    for piece in range(COUT_TILE * pieces):  # every thread's pieces, tid + i * THREADS, in any order
+        row, k = divmod(piece, pieces)
+        k *= 4
+        co = cout0 + row
+        valid = co < p["out_channels"] and k0 + k < p["channels"]
+        src = co * p["channels"] + k0 + k
+        assert not valid or src % 4 == 0
+        dst = base + row * ROW_PITCH + k
+        smem[dst:dst + 4] = p["weight"][src:src + 4] if valid else 0.0
+    input_base = base + WEIGHT_STAGE
+    if pixel_rows:
+        for piece in range(PIXEL_TILE * pieces):
+            pixel, k = divmod(piece, pieces)
+            k *= 4
+            at = pixel_at[pixel]
+            valid = at >= 0 and k0 + k < p["channels"]
+            assert not valid or (at + k0 + k) % 4 == 0
+            dst = input_base + pixel * ROW_PITCH + k
+            smem[dst:dst + 4] = p["input"][at + k0 + k:at + k0 + k + 4] if valid else 0.0
     else:
-        big=np.zeros((N,C+1,H,2*W)); big[:,1:,:,::2]=x; buf=big.ravel(); st=((C+1)*H*2*W,H*2*W,2*W,2); off=H*2*W
-    wbuf=w.ravel()
-    sl,splits=plan(C,Cout,P); assert sl%8==0 and sl<=128 and all(z*sl<C for z in range(splits))
-    out=np.full((Cout,P),np.nan); partial=np.full((splits,Cout,P),np.nan)
-    inner = st[1]==1 and C>1
-    wvec = C%4==0
-    ivec = inner and C%4==0 and st[0]%4==0 and st[2]%4==0 and st[3]%4==0 and off%4==0
-    for bx in range(cdiv(Cout,64)):
-     for by in range(cdiv(P,64)):
-      for bz in range(splits):
-        c0,p0,kb=bx*64,by*64,bz*sl; kc=min(sl,C-kb); kr=8*cdiv(kc,8); nt=cdiv(min(64,P-p0),8)
-        smw=np.full(CT*CP,np.nan); smi=np.full(max(PT*CP,MS*PP),np.nan)
-        pix=[]
-        for tid in range(64):
-            p=p0+tid
-            if p<P: n=p//(H*W); hw=p-n*H*W; h=hw//W; ww=hw-h*W; pix.append(off+n*st[0]+h*st[2]+ww*st[3])
-            else: pix.append(-1)
-        for row in range(CT):
-            co=c0+row; src=min(co,Cout-1)*C+kb; dst=row*CP
-            if wvec: assert src%4==0 and kc%4==0
-            copy_row(smw,dst,wbuf,src,kc,co<Cout,wvec); copy_row(smw,dst+kc,wbuf,src,kr-kc,False,False)
-        if inner:
-            for pixel in range(8*nt):
-                at=pix[pixel]; src=max(at,0)+kb; dst=pixel*CP
-                if ivec and at>=0: assert src%4==0
-                copy_row(smi,dst,buf,src,kc,at>=0,ivec); copy_row(smi,dst+kc,buf,src,kr-kc,False,False)
-        else:
-            for k in range(kr):
-                for pixel in range(8*nt):
-                    at=pix[pixel]; v=at>=0 and k<kc
-                    smi[k*PP+pixel]=buf[at+(kb+k)*st[1]] if v else 0.0
-        for warp in range(4):
-            acc=np.zeros((8,32,4))
-            for k0 in range(0,kr,8):
-                a=[]
-                for l in range(32):
-                    g,t=l//4,l%4; base=(16*warp+g)*CP+t+k0
-                    a.append([smw[base],smw[base+8*CP],smw[base+4],smw[base+8*CP+4]])
-                for nn in range(nt):
-                    b=[]
-                    for l in range(32):
-                        g,t=l//4,l%4
-                        if inner: base=(8*nn+g)*CP+k0+t; step=4
-                        else: base=(k0+t)*PP+8*nn+g; step=4*PP
-                        b.append([smi[base],smi[base+step]])
-                    mma(acc[nn],a,b)
-            for nn in range(8):
-              for l in range(32):
-                g,t=l//4,l%4
-                for e in range(4):
-                    co=c0+16*warp+g+8*(e//2); p=p0+8*nn+2*t+e%2
-                    if co>=Cout or p>=P: continue
-                    if splits==1: out[co,p]=acc[nn][l][e]
-                    else: partial[bz,co,p]=acc[nn][l][e]
-    if splits>1: out=partial.sum(0)
-    ref=w@x.transpose(1,0,2,3).reshape(C,P)
-    return sl,splits,np.abs(out-ref).max()
-if __name__=="__main__":
-  rng=np.random.default_rng(0)
-  for case in [(3,522,5,6,257),(1,36,1,7,130),(2,20,3,1,70),(1,12,1,1,65),(1,8,16,16,64),(2,516,3,5,65),(1,516,7,7,70),(1,32,5,5,100)]:
-      for fmt in ["nchw","nhwc","strided"]:
-          print(case,fmt,run(*case[:4],case[4],fmt,rng))
+        for element in range(CHUNK * PIXEL_TILE):
+            k, pixel = divmod(element, PIXEL_TILE)
+            at = pixel_at[pixel]
+            valid = at >= 0 and k0 + k < p["channels"]
+            smem[input_base + k * PIXEL_PITCH + pixel] = p["input"][at + (k0 + k) * p["in_stride"][1]] if valid else 0.0
+
+
+def run(n, channels, h, w, out_channels, layout, rng):
+    pixels = n * h * w
+    x = rng.standard_normal((n, channels, h, w))
+    weight = rng.standard_normal((out_channels, channels))
+    if layout == "nhwc":
+        flat, stride = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).ravel(), (h * w * channels, 1, w * channels, channels)
+    elif layout == "nchw":
+        flat, stride = x.ravel().copy(), (channels * h * w, h * w, w, 1)
+    else:  # a channel slice of a tensor with every other column
+        big = np.zeros((n, channels + 1, h, 2 * w))
+        big[:, 1:, :, ::2] = x
+        flat, stride = big.ravel()[h * 2 * w:], ((channels + 1) * h * 2 * w, h * 2 * w, 2 * w, 2)
+    p = dict(input=flat, weight=weight.ravel(), channels=channels, out_channels=out_channels, in_stride=stride)
+    per_split, splits = split_plan(channels, out_channels, pixels)
+    pixel_rows = stride[1] == 1 and channels > 1 and all(s % 4 == 0 for s in (stride[0], stride[2], stride[3]))
+    out = np.full((out_channels, pixels), np.nan)
+    partial = np.full((splits, pixels, out_channels), np.nan)
+    total_chunks = cdiv(channels, CHUNK)
+    for bx in range(cdiv(out_channels, COUT_TILE)):
+        for by in range(cdiv(pixels, PIXEL_TILE)):
+            for bz in range(splits):
+                cout0, pixel0, first = bx * COUT_TILE, by * PIXEL_TILE, bz * per_split
+                chunks = min(per_split, total_chunks - first)
+                pixel_at = []
+                for tid in range(PIXEL_TILE):
+                    pixel = pixel0 + tid
+                    if pixel < pixels:
+                        img, hw = divmod(pixel, h * w)
+                        yy, xx = divmod(hw, w)
+                        pixel_at.append(img * stride[0] + yy * stride[2] + xx * stride[3])
+                    else:
+                        pixel_at.append(-1)
+                smem = np.full(STAGES * STAGE_FLOATS, np.nan)
+                acc = np.zeros((WARPS_M * WARPS_N, 2, 4, 32, 4))
+                for s in range(STAGES - 1):
+                    if s < chunks:
+                        load_stage(smem, s, p, pixel_at, cout0, (first + s) * CHUNK, pixel_rows)
+                for c in range(chunks):
+                    nxt = c + STAGES - 1
+                    if nxt < chunks:  # refills the slot read at step c - 1, after the barrier
+                        load_stage(smem, nxt % STAGES, p, pixel_at, cout0, (first + nxt) * CHUNK, pixel_rows)
+                    weight_tile = (c % STAGES) * STAGE_FLOATS
+                    input_tile = weight_tile + WEIGHT_STAGE
+                    for warp in range(WARPS_M * WARPS_N):
+                        wm, wn = warp % WARPS_M, warp // WARPS_M
+                        n_blocks = min(4, max(0, int((min(PIXEL_TILE, pixels - pixel0) - 32 * wn + 7) / 8)))
+                        for k8 in range(0, CHUNK, 8):
+                            a = [[], []]
+                            for m in range(2):
+                                for lane in range(32):
+                                    g, t = divmod(lane, 4)
+                                    r = weight_tile + (32 * wm + 16 * m + g) * ROW_PITCH + k8 + t
+                                    a[m].append([smem[r], smem[r + 8 * ROW_PITCH], smem[r + 4],
+                                                 smem[r + 8 * ROW_PITCH + 4]])
+                            for nb in range(n_blocks):
+                                b = []
+                                for lane in range(32):
+                                    g, t = divmod(lane, 4)
+                                    pixel = 32 * wn + 8 * nb + g
+                                    if pixel_rows:
+                                        r, step = input_tile + pixel * ROW_PITCH + k8 + t, 4
+                                    else:
+                                        r, step = input_tile + (k8 + t) * PIXEL_PITCH + pixel, 4 * PIXEL_PITCH
+                                    b.append([smem[r], smem[r + step]])
+                                mma(acc[warp, 0, nb], a[0], b)
+                                mma(acc[warp, 1, nb], a[1], b)
+                for warp in range(WARPS_M * WARPS_N):
+                    wm, wn = warp % WARPS_M, warp // WARPS_M
+                    for m in range(2):
+                        for nb in range(4):
+                            for lane in range(32):
+                                g, t = divmod(lane, 4)
+                                for e in range(4):
+                                    co = cout0 + 32 * wm + 16 * m + g + 8 * (e // 2)
+                                    pixel = pixel0 + 32 * wn + 8 * nb + 2 * t + e % 2
+                                    if co >= out_channels or pixel >= pixels:
+                                        continue
+                                    if splits == 1:
+                                        out[co, pixel] = acc[warp, m, nb, lane, e]
+                                    else:
+                                        partial[bz, pixel, co] = acc[warp, m, nb, lane, e]
+    if splits > 1:
+        out = partial.sum(axis=0).T
+    reference = weight @ x.transpose(1, 0, 2, 3).reshape(channels, pixels)
+    return per_split, splits, pixel_rows, float(np.abs(out - reference).max())
+
+
+def main():
+    rng = np.random.default_rng(0)
+    # (N, C, H, W, C_out): the tests' FEW_PIXEL_CASES and smaller ragged ones
+    for case in [(1, 768, 7, 7, 3072), (3, 524, 5, 6, 257), (1, 516, 1, 49, 256), (1, 32, 16, 16, 300),
+                 (1, 32, 5, 5, 130), (2, 36, 3, 5, 129), (1, 8, 1, 1, 128)]:
+        for layout in ("nchw", "nhwc", "strided"):
+            per_split, splits, pixel_rows, error = run(*case, layout, rng)
+            print(f"{case} {layout}: {splits} splits of {per_split} stages, "
+                  f"{'[pixel][channel]' if pixel_rows else '[channel][pixel]'}, max error {error:.1e}")
+            assert error < 1e-9, error
+
+
+if __name__ == "__main__":
+    main()

@@ -17,37 +17,41 @@ namespace convops {
 namespace cuda {
 namespace {
 
-constexpr int kWarps = 4;                  // 16 couts each
-constexpr int kThreads = 32 * kWarps;
-constexpr int kCoutTile = 16 * kWarps;     // couts a CTA
-constexpr int kPixelTile = 64;             // pixels a CTA: up to 8 n-tiles of mma.sync m16n8k8
-constexpr int kMaxSlice = 128;             // input channels a CTA at most
-// Row pitches in floats, rows 16-byte aligned for the vector copies. Rows of 132 (the weight's couts, and the input's
-// pixels where its channels are innermost): an A fragment's reads (rows g, columns t: bank 4 g + t) fall in 32
-// banks, as do a B fragment's from such pixel rows (rows g, columns t). Rows of 72 (the input's channels where its
-// pixels are innermost): a B fragment's reads (rows t, columns g) fall in banks 8 t + g.
-constexpr int kChannelPitch = kMaxSlice + 4;
+constexpr int kWarpsM = 4;                     // warps along the couts: 32 couts (two m16 blocks) each
+constexpr int kWarpsN = 2;                     // warps along the pixels: 32 pixels (four n8 blocks) each
+constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+constexpr int kCoutTile = 32 * kWarpsM;        // 128 couts a CTA
+constexpr int kPixelTile = 32 * kWarpsN;       // 64 pixels a CTA
+constexpr int kChunk = 32;                     // input channels a pipeline stage
+constexpr int kStages = 3;
+constexpr int kCtasPerSm = 2;                  // at kSmemBytes (82 KB) and kThreads: what the split plan aims at
+// Row pitches in floats. Rows of kChunk + 4 (the weight's couts, and the input's pixels where its channels are
+// innermost): a fragment's reads (rows g, columns t) fall in banks 4 g + t, all 32 distinct; rows 16-byte aligned for
+// the vector copies. Rows of kPixelTile + 8 (the input's channels where its pixels are innermost): a B fragment's
+// reads (rows t, columns g) fall in banks 8 t + g.
+constexpr int kRowPitch = kChunk + 4;
 constexpr int kPixelPitch = kPixelTile + 8;
-constexpr int kWeightFloats = kCoutTile * kChannelPitch;
-constexpr int kInputFloats = std::max(kPixelTile * kChannelPitch, kMaxSlice * kPixelPitch);  // either layout
-constexpr int kSmemBytes = (kWeightFloats + kInputFloats) * 4 + kPixelTile * 8;  // and the pixels' offsets
-constexpr int kCtasPerSm = 3;  // resident at kSmemBytes (70 KB) on Hopper's 227 KB: one wave's worth aimed at
+constexpr int kWeightStage = kCoutTile * kRowPitch;
+constexpr int kInputStage = std::max(kPixelTile * kRowPitch, kChunk * kPixelPitch);  // either input layout
+constexpr int kStageFloats = kWeightStage + kInputStage;
+constexpr int kSmemBytes = kStages * kStageFloats * 4 + kPixelTile * 8;  // and the pixels' offsets
+static_assert(kCoutTile * (kChunk / 4) % kThreads == 0 && kPixelTile * (kChunk / 4) % kThreads == 0 &&
+                  kChunk * kPixelTile % kThreads == 0,
+              "load_stage: every thread issues the same number of copies");
 constexpr int64_t kMaxPixels = 256;
 constexpr int64_t kMinWeightElements = int64_t{1} << 17;
 
 struct Params {
   const float* input;
-  const float* weight;  // (out_channels, channels), contiguous
+  const float* weight;  // (out_channels, channels), contiguous, 16-byte aligned
   const float* bias;    // (out_channels) or null
   float* output;
-  float* partial;       // (splits, out_channels, pixels) where splits > 1
+  float* partial;       // (splits, pixels, out_channels) where splits > 1
   int64_t in_stride[4];   // (n, c, h, w)
   int64_t out_stride[4];  // (n, c, h, w)
   int pixels, plane, width;  // N H W, H W, W
   int channels, out_channels;
-  int slice;            // input channels a split: a multiple of 8, at most kMaxSlice
-  bool weight_vectors;  // 16-byte weight copies: channels a multiple of 4 and the weight 16-byte aligned
-  bool input_vectors;   // 16-byte input copies (channels innermost): every pixel's channels 16-byte aligned
+  int chunks_per_split;      // stages of kChunk channels a split (the last split may have fewer)
 };
 
 __device__ __forceinline__ int64_t pixel_offset(const int64_t (&stride)[4], int pixel, int plane, int width) {
@@ -60,126 +64,150 @@ __device__ __forceinline__ void store_output(const Params& p, int co, int pixel,
   p.output[pixel_offset(p.out_stride, pixel, p.plane, p.width) + co * p.out_stride[1]] = value;
 }
 
-// Copies `count` floats from src (zeros where !valid) to dst in 16-byte pieces (Vectors: count a multiple of 4,
-// both 16-byte aligned) or 4-byte ones, lanes taking consecutive pieces.
-template <bool Vectors>
-__device__ __forceinline__ void copy_row(float* dst, const float* src, int count, bool valid, int lane) {
-  if constexpr (Vectors) {
-    for (int k = 4 * lane; k < count; k += 4 * 32) cp_async_zfill<16>(dst + k, valid ? src + k : src, valid);
+// Issues the copies of one stage: the weight's kCoutTile x kChunk block in 16-byte pieces (channels a multiple of 4,
+// so a piece lies wholly inside or outside the channels), and the input's kChunk channels of the tile's pixels, in
+// 16-byte pieces held [pixel][channel] (PixelRows: channels innermost, every pixel's channels 16-byte aligned) or 4
+// bytes at a time held [channel][pixel]. Couts, channels and pixels past the end are copied as zeros, so that the
+// products of a stage's padding are zeros, never a NaN of memory outside the tensors.
+template <bool PixelRows>
+__device__ __forceinline__ void load_stage(const Params& p, float* stage, const int64_t* pixel_at, int cout0, int k0,
+                                           int tid) {
+  float* const weight_tile = stage;
+  float* const input_tile = stage + kWeightStage;
+  constexpr int kPieces = kChunk / 4;  // 16-byte pieces a row
+#pragma unroll
+  for (int i = 0; i < kCoutTile * kPieces / kThreads; ++i) {
+    const int piece = tid + i * kThreads, row = piece / kPieces, k = piece % kPieces * 4;
+    const int co = cout0 + row;
+    const bool valid = co < p.out_channels && k0 + k < p.channels;
+    cp_async_zfill<16>(weight_tile + row * kRowPitch + k,
+                       valid ? p.weight + static_cast<int64_t>(co) * p.channels + k0 + k : p.weight, valid);
+  }
+  if constexpr (PixelRows) {
+#pragma unroll
+    for (int i = 0; i < kPixelTile * kPieces / kThreads; ++i) {
+      const int piece = tid + i * kThreads, pixel = piece / kPieces, k = piece % kPieces * 4;
+      const int64_t at = pixel_at[pixel];
+      const bool valid = at >= 0 && k0 + k < p.channels;
+      cp_async_zfill<16>(input_tile + pixel * kRowPitch + k, valid ? p.input + at + k0 + k : p.input, valid);
+    }
   } else {
-    for (int k = lane; k < count; k += 32) cp_async_zfill<4>(dst + k, valid ? src + k : src, valid);
+#pragma unroll
+    for (int i = 0; i < kChunk * kPixelTile / kThreads; ++i) {
+      const int element = tid + i * kThreads, k = element / kPixelTile, pixel = element % kPixelTile;
+      const int64_t at = pixel_at[pixel];
+      const bool valid = at >= 0 && k0 + k < p.channels;
+      cp_async_zfill<4>(input_tile + k * kPixelPitch + pixel,
+                        valid ? p.input + at + static_cast<int64_t>(k0 + k) * p.in_stride[1] : p.input, valid);
+    }
   }
 }
 
-// CTA (cout tile, pixel tile, split): the products of its 64 couts and up to 64 pixels over the split's channels;
-// stores the outputs (one split) or its partial sums. ChannelsInnermost: the input's channel stride is 1 (NHWC), and
-// its tile is held [pixel][channel], else [channel][pixel]; either way a warp's copies read consecutive addresses.
-template <bool ChannelsInnermost>
-__global__ void __launch_bounds__(kThreads) pointwise_few_pixels_kernel(const Params p) {
+// CTA (cout tile, pixel tile, split): the products of its 128 couts and up to 64 pixels over the split's channels,
+// streamed through a ring of kStages stages of kChunk channels; stores the outputs (one split) or its partial sums.
+template <bool PixelRows>
+__global__ void __launch_bounds__(kThreads, kCtasPerSm) pointwise_few_pixels_kernel(const Params p) {
   extern __shared__ __align__(16) float smem[];
-  float* const weight_tile = smem;                     // [cout][channel]
-  float* const input_tile = smem + kWeightFloats;      // [pixel][channel] or [channel][pixel]
-  int64_t* const pixel_at = reinterpret_cast<int64_t*>(input_tile + kInputFloats);  // -1 past the last pixel
+  int64_t* const pixel_at = reinterpret_cast<int64_t*>(smem + kStages * kStageFloats);  // -1 past the last pixel
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int cout0 = blockIdx.x * kCoutTile, pixel0 = blockIdx.y * kPixelTile;
-  const int k_begin = blockIdx.z * p.slice, k_count = min(p.slice, p.channels - k_begin);
-  // What the mma reads: channels up to a multiple of 8, pixels up to a multiple of 8; copies past k_count and the
-  // last pixel write zeros.
-  const int k_rows = 8 * ((k_count + 7) / 8);
-  const int n_tiles = (min(kPixelTile, p.pixels - pixel0) + 7) / 8;
+  const int first_chunk = blockIdx.z * p.chunks_per_split;
+  const int chunks = min(p.chunks_per_split, (p.channels + kChunk - 1) / kChunk - first_chunk);
   if (tid < kPixelTile) {
     const int pixel = pixel0 + tid;
     pixel_at[tid] = pixel < p.pixels ? pixel_offset(p.in_stride, pixel, p.plane, p.width) : -1;
   }
   __syncthreads();
 
-  // Everything the CTA reads, in flight at once.
-  for (int row = warp; row < kCoutTile; row += kWarps) {
-    const int co = cout0 + row;
-    const float* const src = p.weight + static_cast<int64_t>(min(co, p.out_channels - 1)) * p.channels + k_begin;
-    float* const dst = weight_tile + row * kChannelPitch;
-    // Two copies: the slice's channels, then zeros up to k_rows (k_count is a multiple of 4 where vectors run).
-    if (p.weight_vectors) {
-      copy_row<true>(dst, src, k_count, co < p.out_channels, lane);
-    } else {
-      copy_row<false>(dst, src, k_count, co < p.out_channels, lane);
-    }
-    copy_row<false>(dst + k_count, src, k_rows - k_count, false, lane);
-  }
-  if constexpr (ChannelsInnermost) {
-    for (int pixel = warp; pixel < 8 * n_tiles; pixel += kWarps) {
-      const int64_t at = pixel_at[pixel];
-      const float* const src = p.input + (at < 0 ? 0 : at) + k_begin;
-      float* const dst = input_tile + pixel * kChannelPitch;
-      if (p.input_vectors) {
-        copy_row<true>(dst, src, k_count, at >= 0, lane);
-      } else {
-        copy_row<false>(dst, src, k_count, at >= 0, lane);
-      }
-      copy_row<false>(dst + k_count, src, k_rows - k_count, false, lane);
-    }
-  } else {
-    const int64_t at[2] = {pixel_at[lane], pixel_at[lane + 32]};
-    for (int k = warp; k < k_rows; k += kWarps) {
+  // The ring: kStages - 1 stages in flight before the first is read; each step waits for its own stage, then refills
+  // the slot the step before read (every warp is past it after the barrier). A group is committed every step, empty
+  // or not, so that cp_async_wait<kStages - 2> always means "this step's stage has landed".
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int pixel = lane + 32 * half;
-        if (pixel >= 8 * n_tiles) continue;
-        const bool valid = at[half] >= 0 && k < k_count;
-        cp_async_zfill<4>(input_tile + k * kPixelPitch + pixel,
-                          valid ? p.input + at[half] + static_cast<int64_t>(k_begin + k) * p.in_stride[1] : p.input,
-                          valid);
-      }
-    }
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < chunks) load_stage<PixelRows>(p, smem + s * kStageFloats, pixel_at, cout0, (first_chunk + s) * kChunk, tid);
+    cp_async_commit();
   }
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
 
-  // Warp w: couts 16 w .. 16 w + 15 (A: the weight rows) x the tile's pixels (B: n-tiles of 8).
-  const int g = lane / 4, t = lane % 4;
-  float acc[kPixelTile / 8][4] = {};
-  const float* const a_rows = weight_tile + (16 * warp + g) * kChannelPitch + t;
-  for (int k0 = 0; k0 < k_rows; k0 += 8) {
-    const float* const a = a_rows + k0;
-    const uint32_t a_frag[4] = {tf32_bits(a[0]), tf32_bits(a[8 * kChannelPitch]), tf32_bits(a[4]),
-                                tf32_bits(a[8 * kChannelPitch + 4])};
+  // Warp (wm, wn): couts 32 wm .. 32 wm + 31 (two m16 blocks of A, the weight) x pixels 32 wn .. 32 wn + 31 (four n8
+  // blocks of B), of which n_blocks hold pixels.
+  const int wm = warp % kWarpsM, wn = warp / kWarpsM, g = lane / 4, t = lane % 4;
+  const int n_blocks = min(4, max(0, (min(kPixelTile, p.pixels - pixel0) - 32 * wn + 7) / 8));
+  float acc[2][4][4] = {};
+  for (int c = 0; c < chunks; ++c) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    const int next = c + kStages - 1;
+    if (next < chunks) {
+      load_stage<PixelRows>(p, smem + next % kStages * kStageFloats, pixel_at, cout0, (first_chunk + next) * kChunk,
+                            tid);
+    }
+    cp_async_commit();
+    const float* const weight_tile = smem + c % kStages * kStageFloats;
+    const float* const input_tile = weight_tile + kWeightStage;
 #pragma unroll
-    for (int n = 0; n < kPixelTile / 8; ++n) {
-      if (n >= n_tiles) break;
-      // B (k, pixel) = (k0 + t, 8 n + g) and (k0 + t + 4, 8 n + g).
-      const float* const b = ChannelsInnermost ? input_tile + (8 * n + g) * kChannelPitch + k0 + t
-                                               : input_tile + (k0 + t) * kPixelPitch + 8 * n + g;
-      const int step = ChannelsInnermost ? 4 : 4 * kPixelPitch;
-      const uint32_t b_frag[2] = {tf32_bits(b[0]), tf32_bits(b[step])};
-      mma_m16n8k8_tf32(acc[n], a_frag, b_frag);
+    for (int k8 = 0; k8 < kChunk; k8 += 8) {
+      uint32_t a[2][4];
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const float* const r = weight_tile + (32 * wm + 16 * m + g) * kRowPitch + k8 + t;
+        a[m][0] = tf32_bits(r[0]);
+        a[m][1] = tf32_bits(r[8 * kRowPitch]);
+        a[m][2] = tf32_bits(r[4]);
+        a[m][3] = tf32_bits(r[8 * kRowPitch + 4]);
+      }
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+        if (n >= n_blocks) continue;
+        // B (k, pixel) = (k8 + t, 32 wn + 8 n + g) and (k8 + t + 4, the same pixel).
+        const int pixel = 32 * wn + 8 * n + g;
+        const float* const r = PixelRows ? input_tile + pixel * kRowPitch + k8 + t
+                                         : input_tile + (k8 + t) * kPixelPitch + pixel;
+        const uint32_t b[2] = {tf32_bits(r[0]), tf32_bits(r[PixelRows ? 4 : 4 * kPixelPitch])};
+        mma_m16n8k8_tf32(acc[0][n], a[0], b);
+        mma_m16n8k8_tf32(acc[1][n], a[1], b);
+      }
     }
   }
 
-  // acc[n]: (cout g, pixels 2t, 2t + 1) and (cout g + 8, the same pixels) of n-tile n.
+  // acc[m][n]: (cout g, pixels 2t, 2t + 1) and (cout g + 8, the same pixels) of block (m, n). Partial sums are held
+  // [split][pixel][cout], so that a warp's store is four runs of eight consecutive couts.
 #pragma unroll
-  for (int n = 0; n < kPixelTile / 8; ++n) {
+  for (int m = 0; m < 2; ++m) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int co = cout0 + 16 * warp + g + 8 * (e / 2), pixel = pixel0 + 8 * n + 2 * t + e % 2;
-      if (co >= p.out_channels || pixel >= p.pixels) continue;
-      if (gridDim.z == 1) {
-        store_output(p, co, pixel, acc[n][e]);
-      } else {
-        p.partial[(static_cast<int64_t>(blockIdx.z) * p.out_channels + co) * p.pixels + pixel] = acc[n][e];
+    for (int n = 0; n < 4; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int co = cout0 + 32 * wm + 16 * m + g + 8 * (e / 2);
+        const int pixel = pixel0 + 32 * wn + 8 * n + 2 * t + e % 2;
+        if (co >= p.out_channels || pixel >= p.pixels) continue;
+        if (gridDim.z == 1) {
+          store_output(p, co, pixel, acc[m][n][e]);
+        } else {
+          p.partial[(static_cast<int64_t>(blockIdx.z) * p.pixels + pixel) * p.out_channels + co] = acc[m][n][e];
+        }
       }
     }
   }
 }
 
-// Adds the splits' partial sums of each output in split order and stores it.
+// Adds the splits' partial sums of each output in split order (four loads in flight at a time) and stores it.
 __global__ void __launch_bounds__(256) pointwise_few_pixels_sum_kernel(const Params p, int splits) {
   const int64_t outputs = static_cast<int64_t>(p.out_channels) * p.pixels;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
   if (i >= outputs) return;
-  float sum = p.partial[i];
-  for (int s = 1; s < splits; ++s) sum += p.partial[s * outputs + i];
-  store_output(p, static_cast<int>(i / p.pixels), static_cast<int>(i % p.pixels), sum);
+  const float* const column = p.partial + i;  // split s at column[s * outputs]
+  float sum = column[0];
+  int s = 1;
+  for (; s + 3 < splits; s += 4) {
+    const float v0 = column[s * outputs], v1 = column[(s + 1) * outputs], v2 = column[(s + 2) * outputs],
+                v3 = column[(s + 3) * outputs];
+    sum += v0;
+    sum += v1;
+    sum += v2;
+    sum += v3;
+  }
+  for (; s < splits; ++s) sum += column[s * outputs];
+  store_output(p, static_cast<int>(i % p.out_channels), static_cast<int>(i / p.out_channels), sum);
 }
 
 }  // namespace
@@ -188,10 +216,11 @@ bool pointwise_few_pixels_applies(const at::Tensor& mid, const at::Tensor& weigh
   if (mid.scalar_type() != at::kFloat || !conv_allows_tf32(mid)) return false;
   const int64_t pixels = mid.size(0) * mid.size(2) * mid.size(3);
   const int64_t channels = weight.size(1), out_channels = weight.size(0);
-  // The kernel's channel, cout and pixel indices are int; its grid's z extent (the splits) is 16 bits.
-  return pixels > 0 && pixels <= kMaxPixels && out_channels * channels >= kMinWeightElements &&
-         ceil_div<int64_t>(channels, 8) <= 65535 && out_channels * kMaxPixels < std::numeric_limits<int>::max() &&
-         max_shared_memory_per_block() >= kSmemBytes;
+  // 16-byte weight copies: channels a multiple of 4. The kernel's channel, cout and pixel indices are int; its grid's
+  // z extent (the splits, at most one a stage) is 16 bits.
+  return pixels > 0 && pixels <= kMaxPixels && out_channels * channels >= kMinWeightElements && channels % 4 == 0 &&
+         ceil_div<int64_t>(channels, kChunk) <= 65535 && out_channels * kMaxPixels < std::numeric_limits<int>::max() &&
+         channels < std::numeric_limits<int>::max() && max_shared_memory_per_block() >= kSmemBytes;
 }
 
 at::Tensor pointwise_few_pixels(const at::Tensor& mid, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
@@ -199,19 +228,19 @@ at::Tensor pointwise_few_pixels(const at::Tensor& mid, const at::Tensor& weight,
   const int64_t n = mid.size(0), channels = mid.size(1), h = mid.size(2), w = mid.size(3);
   const int64_t out_channels = weight.size(0), pixels = n * h * w;
   at::Tensor output = at::empty({n, out_channels, h, w}, mid.options().memory_format(memory_format));
-  const at::Tensor dense_weight = weight.contiguous();
+  at::Tensor dense_weight = weight.contiguous();
+  if (reinterpret_cast<uintptr_t>(dense_weight.const_data_ptr()) % 16 != 0) dense_weight = dense_weight.clone();
   const at::Tensor dense_bias = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();
 
-  // As many splits as one wave of kCtasPerSm CTAs an SM holds, at least enough for slices of kMaxSlice channels and
-  // at most one a 32 (a thinner slice is mostly the round trip); slices a multiple of the mma's 8 channels.
+  // Splits of whole stages, as many as give the grid kCtasPerSm CTAs an SM (one wave), each split's stages streamed
+  // through the ring; more splits would only add partial sums.
+  const int64_t chunks = ceil_div<int64_t>(channels, kChunk);
   const int64_t tiles = ceil_div<int64_t>(out_channels, kCoutTile) * ceil_div<int64_t>(pixels, kPixelTile);
-  const int64_t one_wave = int64_t{kCtasPerSm} * multiprocessor_count() / tiles;
-  const int64_t wanted = std::max(ceil_div<int64_t>(channels, kMaxSlice),
-                                  std::min(one_wave, ceil_div<int64_t>(channels, 32)));
-  const int64_t slice = ceil_div<int64_t>(ceil_div(channels, wanted), 8) * 8;
-  const int64_t splits = ceil_div(channels, slice);
+  const int64_t wanted = std::clamp<int64_t>(int64_t{kCtasPerSm} * multiprocessor_count() / tiles, 1, chunks);
+  const int64_t chunks_per_split = ceil_div(chunks, wanted);
+  const int64_t splits = ceil_div(chunks, chunks_per_split);
   at::Tensor partial;
-  if (splits > 1) partial = at::empty({splits, out_channels, pixels}, mid.options());
+  if (splits > 1) partial = at::empty({splits, pixels, out_channels}, mid.options());
 
   Params p{};
   p.input = mid.const_data_ptr<float>();
@@ -228,14 +257,13 @@ at::Tensor pointwise_few_pixels(const at::Tensor& mid, const at::Tensor& weight,
   p.width = static_cast<int>(w);
   p.channels = static_cast<int>(channels);
   p.out_channels = static_cast<int>(out_channels);
-  p.slice = static_cast<int>(slice);
-  p.weight_vectors = channels % 4 == 0 && reinterpret_cast<uintptr_t>(p.weight) % 16 == 0;
-  const bool channels_innermost = mid.stride(1) == 1 && channels > 1;
-  p.input_vectors = channels_innermost && reinterpret_cast<uintptr_t>(p.input) % 16 == 0 && channels % 4 == 0 &&
-                    mid.stride(0) % 4 == 0 && mid.stride(2) % 4 == 0 && mid.stride(3) % 4 == 0;
+  p.chunks_per_split = static_cast<int>(chunks_per_split);
+  // 16-byte input copies: channels innermost and every pixel's run of channels 16-byte aligned.
+  const bool pixel_rows = mid.stride(1) == 1 && channels > 1 && reinterpret_cast<uintptr_t>(p.input) % 16 == 0 &&
+                          mid.stride(0) % 4 == 0 && mid.stride(2) % 4 == 0 && mid.stride(3) % 4 == 0;
 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const auto kernel = channels_innermost ? pointwise_few_pixels_kernel<true> : pointwise_few_pixels_kernel<false>;
+  const auto kernel = pixel_rows ? pointwise_few_pixels_kernel<true> : pointwise_few_pixels_kernel<false>;
   allow_dynamic_shared_memory(kernel, kSmemBytes);
   const dim3 grid(static_cast<unsigned>(ceil_div<int64_t>(out_channels, kCoutTile)),
                   static_cast<unsigned>(ceil_div<int64_t>(pixels, kPixelTile)), static_cast<unsigned>(splits));
