@@ -74,6 +74,38 @@ def load_stage(smem, slot, p, pixel_at, cout0, k0, pixel_rows):
             smem[input_base + k * PIXEL_PITCH + pixel] = p["input"][at + (k0 + k) * p["in_stride"][1]] if valid else 0.0
 
 
+def sum_partials(partial, out_channels, pixels, pixels_innermost, tile=32, warps=8):
+    """The sum kernel: tiles of 32 couts x 32 pixels, splits added in order, through a [pixel][cout] tile of shared
+    memory (NaN-filled: a slot read unwritten shows) where the output's pixels are innermost."""
+    out = np.full((out_channels, pixels), np.nan)
+    splits = partial.shape[0]
+    for bx in range(cdiv(out_channels, tile)):
+        for by in range(cdiv(pixels, tile)):
+            cout0, pixel0 = bx * tile, by * tile
+            sums = np.full((tile, tile + 1), np.nan)
+            for warp in range(warps):
+                for j in range(warp, tile, warps):
+                    for lane in range(32):
+                        co, pixel = cout0 + lane, pixel0 + j
+                        if co >= out_channels or pixel >= pixels:
+                            continue
+                        total = partial[0, pixel, co]
+                        for s in range(1, splits):
+                            total += partial[s, pixel, co]
+                        if pixels_innermost:
+                            sums[j, lane] = total
+                        else:
+                            out[co, pixel] = total
+            if pixels_innermost:
+                for warp in range(warps):
+                    for j in range(warp, tile, warps):
+                        for lane in range(32):
+                            co, pixel = cout0 + j, pixel0 + lane
+                            if co < out_channels and pixel < pixels:
+                                out[co, pixel] = sums[lane, j]
+    return out
+
+
 def run(n, channels, h, w, out_channels, layout, rng):
     pixels = n * h * w
     x = rng.standard_normal((n, channels, h, w))
@@ -156,7 +188,7 @@ def run(n, channels, h, w, out_channels, layout, rng):
                                     else:
                                         partial[bz, pixel, co] = acc[warp, m, nb, lane, e]
     if splits > 1:
-        out = partial.sum(axis=0).T
+        out = sum_partials(partial, out_channels, pixels, pixels_innermost=layout != "nhwc")
     reference = weight @ x.transpose(1, 0, 2, 3).reshape(channels, pixels)
     return per_split, splits, pixel_rows, float(np.abs(out - reference).max())
 

@@ -24,7 +24,7 @@ constexpr int kCoutTile = 32 * kWarpsM;        // 128 couts a CTA
 constexpr int kPixelTile = 32 * kWarpsN;       // 64 pixels a CTA
 constexpr int kChunk = 32;                     // input channels a pipeline stage
 constexpr int kStages = 3;
-constexpr int kCtasPerSm = 2;                  // at kSmemBytes (82 KB) and kThreads: what the split plan aims at
+constexpr int kCtasPerSm = 2;                  // at kSmemBytes (81.5 KiB) and kThreads: what the split plan aims at
 // Row pitches in floats. Rows of kChunk + 4 (the weight's couts, and the input's pixels where its channels are
 // innermost): a fragment's reads (rows g, columns t) fall in banks 4 g + t, all 32 distinct; rows 16-byte aligned for
 // the vector copies. Rows of kPixelTile + 8 (the input's channels where its pixels are innermost): a B fragment's
@@ -129,7 +129,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) pointwise_few_pixels_ker
   }
 
   // Warp (wm, wn): couts 32 wm .. 32 wm + 31 (two m16 blocks of A, the weight) x pixels 32 wn .. 32 wn + 31 (four n8
-  // blocks of B), of which n_blocks hold pixels.
+  // blocks of B), of which n_blocks hold pixels (none where the tile's pixels end before the warp's: the division
+  // truncates toward zero, and max clamps what is left).
   const int wm = warp % kWarpsM, wn = warp / kWarpsM, g = lane / 4, t = lane % 4;
   const int n_blocks = min(4, max(0, (min(kPixelTile, p.pixels - pixel0) - 32 * wn + 7) / 8));
   float acc[2][4][4] = {};
@@ -190,24 +191,46 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) pointwise_few_pixels_ker
   }
 }
 
-// Adds the splits' partial sums of each output in split order (four loads in flight at a time) and stores it.
-__global__ void __launch_bounds__(256) pointwise_few_pixels_sum_kernel(const Params p, int splits) {
-  const int64_t outputs = static_cast<int64_t>(p.out_channels) * p.pixels;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x;
-  if (i >= outputs) return;
-  const float* const column = p.partial + i;  // split s at column[s * outputs]
-  float sum = column[0];
-  int s = 1;
-  for (; s + 3 < splits; s += 4) {
-    const float v0 = column[s * outputs], v1 = column[(s + 1) * outputs], v2 = column[(s + 2) * outputs],
-                v3 = column[(s + 3) * outputs];
-    sum += v0;
-    sum += v1;
-    sum += v2;
-    sum += v3;
+// The sum kernel's tile: 32 couts x 32 pixels, a CTA of 8 warps.
+constexpr int kSumTile = 32;
+constexpr int kSumWarps = 8;
+
+// Adds the splits' partial sums of a tile of outputs in split order (four loads in flight at a time), each warp
+// reading rows of 32 consecutive couts. Where the output's pixels are innermost (NCHW) the sums go through shared
+// memory, so that a warp's stores are 32 consecutive pixels rather than 32 pixels apart.
+__global__ void __launch_bounds__(32 * kSumWarps) pointwise_few_pixels_sum_kernel(const Params p, int splits,
+                                                                                   bool pixels_innermost) {
+  __shared__ float sums[kSumTile][kSumTile + 1];  // [pixel][cout]; the pitch of 33 keeps both passes conflict-free
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int cout0 = blockIdx.x * kSumTile, pixel0 = blockIdx.y * kSumTile;
+  const int64_t split_stride = static_cast<int64_t>(p.pixels) * p.out_channels;
+  for (int j = warp; j < kSumTile; j += kSumWarps) {
+    const int co = cout0 + lane, pixel = pixel0 + j;
+    if (co >= p.out_channels || pixel >= p.pixels) continue;
+    const float* const column = p.partial + static_cast<int64_t>(pixel) * p.out_channels + co;  // split s: + s stride
+    float sum = column[0];
+    int s = 1;
+    for (; s + 3 < splits; s += 4) {
+      const float v0 = column[s * split_stride], v1 = column[(s + 1) * split_stride],
+                  v2 = column[(s + 2) * split_stride], v3 = column[(s + 3) * split_stride];
+      sum += v0;
+      sum += v1;
+      sum += v2;
+      sum += v3;
+    }
+    for (; s < splits; ++s) sum += column[s * split_stride];
+    if (pixels_innermost) {
+      sums[j][lane] = sum;
+    } else {
+      store_output(p, co, pixel, sum);
+    }
   }
-  for (; s < splits; ++s) sum += column[s * outputs];
-  store_output(p, static_cast<int>(i % p.out_channels), static_cast<int>(i / p.out_channels), sum);
+  if (!pixels_innermost) return;  // the same for the whole CTA
+  __syncthreads();
+  for (int j = warp; j < kSumTile; j += kSumWarps) {
+    const int co = cout0 + j, pixel = pixel0 + lane;
+    if (co < p.out_channels && pixel < p.pixels) store_output(p, co, pixel, sums[lane][j]);
+  }
 }
 
 }  // namespace
@@ -220,7 +243,7 @@ bool pointwise_few_pixels_applies(const at::Tensor& mid, const at::Tensor& weigh
   // z extent (the splits, at most one a stage) is 16 bits.
   return pixels > 0 && pixels <= kMaxPixels && out_channels * channels >= kMinWeightElements && channels % 4 == 0 &&
          ceil_div<int64_t>(channels, kChunk) <= 65535 && out_channels * kMaxPixels < std::numeric_limits<int>::max() &&
-         channels < std::numeric_limits<int>::max() && max_shared_memory_per_block() >= kSmemBytes;
+         max_shared_memory_per_block() >= kSmemBytes;
 }
 
 at::Tensor pointwise_few_pixels(const at::Tensor& mid, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
@@ -259,7 +282,7 @@ at::Tensor pointwise_few_pixels(const at::Tensor& mid, const at::Tensor& weight,
   p.out_channels = static_cast<int>(out_channels);
   p.chunks_per_split = static_cast<int>(chunks_per_split);
   // 16-byte input copies: channels innermost and every pixel's run of channels 16-byte aligned.
-  const bool pixel_rows = mid.stride(1) == 1 && channels > 1 && reinterpret_cast<uintptr_t>(p.input) % 16 == 0 &&
+  const bool pixel_rows = mid.stride(1) == 1 && reinterpret_cast<uintptr_t>(p.input) % 16 == 0 &&
                           mid.stride(0) % 4 == 0 && mid.stride(2) % 4 == 0 && mid.stride(3) % 4 == 0;
 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -270,8 +293,10 @@ at::Tensor pointwise_few_pixels(const at::Tensor& mid, const at::Tensor& weight,
   kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (splits > 1) {
-    pointwise_few_pixels_sum_kernel<<<static_cast<unsigned>(ceil_div<int64_t>(out_channels * pixels, 256)), 256, 0,
-                                      stream>>>(p, static_cast<int>(splits));
+    const dim3 sum_grid(static_cast<unsigned>(ceil_div<int64_t>(out_channels, kSumTile)),
+                        static_cast<unsigned>(ceil_div<int64_t>(pixels, kSumTile)));
+    pointwise_few_pixels_sum_kernel<<<sum_grid, 32 * kSumWarps, 0, stream>>>(
+        p, static_cast<int>(splits), memory_format != at::MemoryFormat::ChannelsLast);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   return output;

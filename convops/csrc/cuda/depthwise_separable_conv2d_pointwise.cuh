@@ -14,7 +14,7 @@
 // [pixel][channel] for an NHWC intermediate (16-byte copies) and [channel][pixel] otherwise (4-byte copies), so that
 // the copies read consecutive addresses and the fragment reads fall in distinct banks in both. With several splits
 // a second kernel adds the splits' partial sums in split order (the result does not depend on timing), adds the
-// bias and stores the output.
+// bias and stores the output, through shared memory where the output is NCHW.
 //
 // History (H200, 2026-11-28): a first version on the CUDA cores (FFMA, 2 couts x 4 pixels a thread) was 2.5-4x
 // slower than cuDNN under TF32 (41-45 us on c768 7x7 -> 3072, 12:26 UTC), shared-memory bound. A second on the tensor
@@ -38,7 +38,7 @@ namespace cuda {
 // Whether pointwise_few_pixels takes the 1x1 of `mid` (N, C, H, W; any strides) by `weight` (C_out, C, 1, 1): fp32
 // under TF32 (conv_allows_tf32), at most 256 pixels (N H W) and a weight of at least 2^17 elements (a smaller one
 // is a few microseconds of latency in every implementation) whose channels are a multiple of 4 (16-byte weight
-// copies), on a device with 82 KB of shared memory a block.
+// copies), on a device with 81.5 KiB of shared memory a block.
 bool pointwise_few_pixels_applies(const at::Tensor& mid, const at::Tensor& weight);
 
 // The 1x1 convolution of `mid` by `weight` plus `bias` (C_out), dense in `memory_format` (NCHW or channels-last), on
