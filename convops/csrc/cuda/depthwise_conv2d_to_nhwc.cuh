@@ -8,11 +8,18 @@
 // This kernel is that copy and that depthwise in one pass: the input is read once, in NCHW, and the intermediate is
 // written once, in NHWC.
 //
-// Shape: a CTA takes kChannels consecutive output channels of one image, one per lane, and kWarps groups of output
-// rows, one per warp. The input planes those channels read are one contiguous range of the NCHW input, staged into
-// shared memory by one flat cp.async copy (planes::stage_range). Each lane then computes its channel's outputs, kRun
-// of a row at a time from one read of the input row segment they share, and stores them at consecutive channels: a
-// warp's stores of one pixel are one contiguous run of the NHWC output.
+// Shape: a CTA takes kChannels consecutive output channels of one image, one per lane, and a block of output rows
+// (all of them, unless the grid is short of CTAs: below). The input planes those channels read are one contiguous
+// range of the NCHW input, staged into shared memory by one flat cp.async copy (planes::stage_range). The block's
+// rows are cut into runs of kRun outputs, dealt to the warps in turn; each lane computes its channel's run from one
+// read of the input row segments the run shares, and stores it at consecutive channels: a warp's stores of one pixel
+// are one contiguous run of the NHWC output.
+//
+// Row blocks: a batch-1 layer has few CTAs (768 channels: 24 on 132 SMs), each of whose lanes computed 1-2 rows of
+// the plane in turn, so the kernel was the latency of one lane's work: 6.7 us on ConvNeXt-T's c768 7x7 layer, 18.5
+// on its c384 14x14 one, where the convops NCHW depthwise kernel takes 3.6-3.7 (profiler, H200, 2026-11-28 13:24
+// UTC). Where the grid holds fewer than kCtasPerSm CTAs an SM, the rows are split into that many more blocks; each
+// CTA stages the same planes (a few KB from L2) and computes only its rows.
 //
 // Rounding: every output is the bias (or 0) plus one fmaf per tap in (ky, kx) order, taps outside the image skipped
 // (not added as zeros: a non-finite weight there must not reach the output), exactly as ATen's
@@ -45,6 +52,7 @@ constexpr int kWarps = 8;      // groups of output rows a CTA: one a warp
 constexpr int kThreads = kChannels * kWarps;
 static_assert(kThreads == planes::kThreads, "stage_range strides by the plane-block kernel's block size");
 constexpr int kRun = 4;        // outputs of a row a lane computes together, sharing their input row segments
+constexpr int kCtasPerSm = 2;  // the least the grid is given by splitting the rows, where the channels give fewer
 constexpr int64_t kMaxSmem = 100 * 1024;  // 32 fp32 planes of 28x28 fit; larger planes go elsewhere
 
 template <typename scalar_t>
@@ -57,6 +65,8 @@ struct Params {
   int in_h, in_w, out_h, out_w;
   int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
   int channel_blocks;    // ceil(out_channels / kChannels)
+  int row_blocks;        // blocks of output rows an image and channel block: ceil(out_h / rows_per_block)
+  int rows_per_block;
 };
 
 // KH, KW, SH, SW > 0: that filter and stride with dilation 1, loops unrolled and taps in registers; 0: any, read from
@@ -66,8 +76,12 @@ __global__ void __launch_bounds__(kThreads) depthwise_to_nhwc_kernel(const Param
   constexpr bool kFixed = KH > 0;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   scalar_t* staged = reinterpret_cast<scalar_t*>(smem_raw);
-  const int64_t n = blockIdx.x / p.channel_blocks;
-  const int co0 = static_cast<int>(blockIdx.x % p.channel_blocks) * kChannels;
+  const int blocks_per_image = p.channel_blocks * p.row_blocks;
+  const int64_t n = blockIdx.x / blocks_per_image;
+  const int in_image = static_cast<int>(blockIdx.x % blocks_per_image);
+  const int co0 = in_image / p.row_blocks * kChannels;
+  const int oy_begin = in_image % p.row_blocks * p.rows_per_block;
+  const int rows = min(p.rows_per_block, p.out_h - oy_begin);
   const int co_count = min(kChannels, p.out_channels - co0);
   const int ci0 = co0 / p.multiplier;
   const int ci_count = (co0 + co_count - 1) / p.multiplier - ci0 + 1;
@@ -98,61 +112,58 @@ __global__ void __launch_bounds__(kThreads) depthwise_to_nhwc_kernel(const Param
   if (!active) return;
 
   const scalar_t* __restrict__ plane = staged + off + (co / p.multiplier - ci0) * in_plane;
-  const int rows_per_warp = (p.out_h + kWarps - 1) / kWarps;
-  const int oy_end = min(p.out_h, (warp + 1) * rows_per_warp);
   scalar_t* __restrict__ out = p.output + n * int64_t{p.out_h} * p.out_w * p.out_channels + co;
-  for (int oy = warp * rows_per_warp; oy < oy_end; ++oy) {
-    const int iy0 = oy * (kFixed ? SH : p.stride_h) - p.pad_h;  // the window's first input row
-    if constexpr (kFixed) {
-      // kRun outputs of the row at a time: each input row segment they share is read from shared memory once.
-      constexpr int kSpan = (kRun - 1) * SW + KW;
-      for (int ox0 = 0; ox0 < p.out_w; ox0 += kRun) {
-        const int ix0 = ox0 * SW - p.pad_w;
-        bool col_ok[kSpan];
+  if constexpr (kFixed) {
+    // kRun outputs of a row at a time: each input row segment they share is read from shared memory once.
+    constexpr int kSpan = (kRun - 1) * SW + KW;
+    const int runs = (p.out_w + kRun - 1) / kRun;
+    for (int item = warp; item < rows * runs; item += kWarps) {
+      const int oy = oy_begin + item / runs, ox0 = item % runs * kRun;
+      const int iy0 = oy * SH - p.pad_h;  // the window's first input row
+      const int ix0 = ox0 * SW - p.pad_w;
+      bool col_ok[kSpan];
 #pragma unroll
-        for (int s = 0; s < kSpan; ++s) col_ok[s] = static_cast<unsigned>(ix0 + s) < static_cast<unsigned>(p.in_w);
-        float acc[kRun];
+      for (int s = 0; s < kSpan; ++s) col_ok[s] = static_cast<unsigned>(ix0 + s) < static_cast<unsigned>(p.in_w);
+      float acc[kRun];
 #pragma unroll
-        for (int i = 0; i < kRun; ++i) acc[i] = acc0;
+      for (int i = 0; i < kRun; ++i) acc[i] = acc0;
 #pragma unroll
-        for (int ky = 0; ky < KH; ++ky) {
-          const int iy = iy0 + ky;
-          if (static_cast<unsigned>(iy) >= static_cast<unsigned>(p.in_h)) continue;
-          const int row = iy * p.in_w + ix0;  // an offset, not a pointer: ix0 may be negative (padding)
-          float x[kSpan];
+      for (int ky = 0; ky < KH; ++ky) {
+        const int iy = iy0 + ky;
+        if (static_cast<unsigned>(iy) >= static_cast<unsigned>(p.in_h)) continue;
+        const int row = iy * p.in_w + ix0;  // an offset, not a pointer: ix0 may be negative (padding)
+        float x[kSpan];
 #pragma unroll
-          for (int s = 0; s < kSpan; ++s) x[s] = col_ok[s] ? static_cast<float>(plane[row + s]) : 0.0f;
-#pragma unroll
-          for (int i = 0; i < kRun; ++i) {
-#pragma unroll
-            for (int kx = 0; kx < KW; ++kx) {
-              if (col_ok[i * SW + kx]) acc[i] = fmaf(taps[ky][kx], x[i * SW + kx], acc[i]);
-            }
-          }
-        }
+        for (int s = 0; s < kSpan; ++s) x[s] = col_ok[s] ? static_cast<float>(plane[row + s]) : 0.0f;
 #pragma unroll
         for (int i = 0; i < kRun; ++i) {
-          if (ox0 + i < p.out_w) {
-            out[(int64_t{oy} * p.out_w + ox0 + i) * p.out_channels] = static_cast<scalar_t>(acc[i]);
+#pragma unroll
+          for (int kx = 0; kx < KW; ++kx) {
+            if (col_ok[i * SW + kx]) acc[i] = fmaf(taps[ky][kx], x[i * SW + kx], acc[i]);
           }
         }
       }
-    } else {
-      const scalar_t* __restrict__ w = p.weight + int64_t{co} * p.kernel_h * p.kernel_w;
-      for (int ox = 0; ox < p.out_w; ++ox) {
-        const int ix0 = ox * p.stride_w - p.pad_w;
-        float acc = acc0;
-        for (int ky = 0; ky < p.kernel_h; ++ky) {
-          const int iy = iy0 + ky * p.dilation_h;
-          if (static_cast<unsigned>(iy) >= static_cast<unsigned>(p.in_h)) continue;
-          for (int kx = 0; kx < p.kernel_w; ++kx) {
-            const int ix = ix0 + kx * p.dilation_w;
-            if (static_cast<unsigned>(ix) >= static_cast<unsigned>(p.in_w)) continue;
-            acc = fmaf(static_cast<float>(w[ky * p.kernel_w + kx]), static_cast<float>(plane[iy * p.in_w + ix]), acc);
-          }
-        }
-        out[(int64_t{oy} * p.out_w + ox) * p.out_channels] = static_cast<scalar_t>(acc);
+#pragma unroll
+      for (int i = 0; i < kRun; ++i) {
+        if (ox0 + i < p.out_w) out[(int64_t{oy} * p.out_w + ox0 + i) * p.out_channels] = static_cast<scalar_t>(acc[i]);
       }
+    }
+  } else {
+    const scalar_t* __restrict__ w = p.weight + int64_t{co} * p.kernel_h * p.kernel_w;
+    for (int item = warp; item < rows * p.out_w; item += kWarps) {
+      const int oy = oy_begin + item / p.out_w, ox = item % p.out_w;
+      const int iy0 = oy * p.stride_h - p.pad_h, ix0 = ox * p.stride_w - p.pad_w;
+      float acc = acc0;
+      for (int ky = 0; ky < p.kernel_h; ++ky) {
+        const int iy = iy0 + ky * p.dilation_h;
+        if (static_cast<unsigned>(iy) >= static_cast<unsigned>(p.in_h)) continue;
+        for (int kx = 0; kx < p.kernel_w; ++kx) {
+          const int ix = ix0 + kx * p.dilation_w;
+          if (static_cast<unsigned>(ix) >= static_cast<unsigned>(p.in_w)) continue;
+          acc = fmaf(static_cast<float>(w[ky * p.kernel_w + kx]), static_cast<float>(plane[iy * p.in_w + ix]), acc);
+        }
+      }
+      out[(int64_t{oy} * p.out_w + ox) * p.out_channels] = static_cast<scalar_t>(acc);
     }
   }
 }
@@ -202,7 +213,12 @@ inline at::Tensor depthwise_to_nhwc(const at::Tensor& input, const at::Tensor& w
     p.pad_h = static_cast<int>(d.pad_h), p.pad_w = static_cast<int>(d.pad_w);
     p.dilation_h = static_cast<int>(d.dilation_h), p.dilation_w = static_cast<int>(d.dilation_w);
     p.channel_blocks = static_cast<int>((d.out_channels + to_nhwc::kChannels - 1) / to_nhwc::kChannels);
-    const auto blocks = static_cast<unsigned>(d.batch * p.channel_blocks);
+    const int64_t channel_ctas = d.batch * p.channel_blocks;
+    const int64_t wanted = int64_t{to_nhwc::kCtasPerSm} * multiprocessor_count();
+    const int64_t row_blocks = channel_ctas >= wanted ? 1 : std::min(d.out_h, ceil_div(wanted, channel_ctas));
+    p.rows_per_block = static_cast<int>(ceil_div(d.out_h, row_blocks));
+    p.row_blocks = static_cast<int>(ceil_div<int64_t>(d.out_h, p.rows_per_block));  // none left empty
+    const auto blocks = static_cast<unsigned>(channel_ctas * p.row_blocks);
     const int smem = static_cast<int>(to_nhwc::smem_bytes(d, sizeof(scalar_t)));
     const auto launch = [&](auto kernel) {
       if (smem > 48 * 1024) allow_dynamic_shared_memory(kernel, smem);  // beyond the default: a driver call, once
