@@ -273,9 +273,12 @@ def test_cuda_mixed_path_in_either_layout(monkeypatch, case, dtype, layout, mixe
 
 
 # Sweep-like problems for the round trip's kernels: several CTAs of 32 channels with a ragged last one, a multiplier,
-# stride 2, a 7x7 filter with a halo of 3, and an image count past one CTA row of the transpose.
+# stride 2, a 7x7 filter with a halo of 3, an image count past one CTA row of the transpose, and ConvNeXt-T's batch-1
+# layers, whose few channel CTAs the depthwise kernel splits into blocks of rows (one row a CTA here).
 ROUND_TRIP_CASES = [
     (3, 70, 1, 33, 7, 7, (3, 3), (1, 1), (1, 1), (1, 1), True, True),
+    (1, 768, 1, 96, 7, 7, (7, 7), (1, 1), (3, 3), (1, 1), True, True),
+    (1, 384, 1, 72, 14, 14, (7, 7), (1, 1), (3, 3), (1, 1), True, False),
     (2, 40, 1, 24, 14, 14, (7, 7), (1, 1), (3, 3), (1, 1), True, True),
     (5, 36, 2, 40, 13, 11, (5, 5), (2, 2), (2, 2), (1, 1), False, True),
     (33, 48, 1, 65, 7, 7, (3, 3), (1, 1), (1, 1), (1, 1), True, False),
