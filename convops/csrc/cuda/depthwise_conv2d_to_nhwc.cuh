@@ -48,7 +48,7 @@ namespace depthwise {
 namespace to_nhwc {
 
 constexpr int kChannels = 32;  // output channels a CTA: one a lane
-constexpr int kWarps = 8;      // groups of output rows a CTA: one a warp
+constexpr int kWarps = 8;      // the block's runs of kRun outputs are dealt to them in turn
 constexpr int kThreads = kChannels * kWarps;
 static_assert(kThreads == planes::kThreads, "stage_range strides by the plane-block kernel's block size");
 constexpr int kRun = 4;        // outputs of a row a lane computes together, sharing their input row segments
