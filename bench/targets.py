@@ -138,10 +138,10 @@ def check_sweep(target: SweepTarget, rows: Sequence[dict], worst: int = 3) -> Ve
     notes = (f"; {near} within {NEAR_MARGIN:.0%} above" if near else "") + (
         f"; max-autotune not run on {without_autotune} of {len(sweep)} rows" if without_autotune else "")
     if not below:
-        lowest = min(sweep, key=lambda r: r["speedup"])
+        lowest = min(sweep, key=_speedup)
         return Verdict(target.issue, name, asked, f"all; lowest {lowest['speedup']:.3f}x ({lowest['case']} "
                        f"{lowest['mode']}){notes}", not without_autotune)
-    shown = "; ".join(f"{r['case']} {r['mode']} " + (f"{r['speedup']:.3f}x" if r.get("speedup") else "no op time")
+    shown = "; ".join(f"{r['case']} {r['mode']} " + (f"{_speedup(r):.3f}x" if _speedup(r) else "no op time")
                       for r in below[:worst])
     more = f"; {len(below) - worst} more" if len(below) > worst else ""
     return Verdict(target.issue, name, asked, f"{len(below)} below: {shown}{more}{notes}", False)
