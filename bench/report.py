@@ -88,6 +88,31 @@ def geomean_speedups(records: Sequence[dict], key: str = "speedup") -> dict:
     return {k: math.exp(sum(map(math.log, v)) / len(v)) for k, v in sorted(groups.items())}
 
 
+def timed_while_busy(records: Sequence[dict], idle_cpu_fraction: float) -> list[tuple[str, str, str]]:
+    """(case, mode, column) of every column timed while the host's background work still used more than
+    `idle_cpu_fraction` of a core (bench/quiet.py)."""
+    return [(r["case"], r["mode"], name) for r in records for name, col in r["columns"].items()
+            if col and (col.get("background_cores") or 0.0) > idle_cpu_fraction]
+
+
+def in_bench_order(records: Sequence[dict], case_names: Sequence[str], modes: Sequence[str]) -> list[dict]:
+    """The rows sorted by case, in `case_names` order, then by mode, in `modes` order; others last."""
+    order = {(case, mode): k for k, (case, mode) in enumerate((c, m) for c in case_names for m in modes)}
+    return sorted(records, key=lambda r: order.get((r["case"], r["mode"]), len(order)))
+
+
+def load_runs(paths: Sequence[str]) -> tuple[list[tuple[str, dict]], list[dict]]:
+    """The (path, meta) of each file, and their rows, one per (case, mode): a later file's replaces an earlier one's."""
+    runs, rows = [], {}
+    for path in paths:
+        with open(path) as f:
+            run = json.load(f)
+        runs.append((path, run.get("meta", {})))
+        for record in run["results"]:
+            rows[(record["case"], record["mode"])] = record
+    return runs, list(rows.values())
+
+
 def summary(records: Sequence[dict]) -> str:
     lines = []
     for key, what in (("speedup", "the convops op"), ("kernel_speedup", "the convops kernel (forced)")):
@@ -108,6 +133,16 @@ def write_markdown(path: str, meta: dict, records: Sequence[dict], columns: Sequ
              f"cuDNN {meta.get('cudnn')}, triton {meta.get('triton')}; {meta.get('date')}; git {meta.get('git')}, "
              f"sources {meta.get('sources')} (python -m bench.provenance); GPU spin after each L2 flush "
              f"{meta.get('host_slack_us', 0):g} us", ""]
+    if meta.get("merged"):
+        groups: dict[str, int] = {}  # the shares of one sharded run on one line
+        for run in meta["merged"]:
+            label = f"{run.get('date')} {','.join(run.get('modes') or [])}"
+            if run.get("shard"):
+                label += " in {1} shares".format(*run["shard"])
+            groups[label] = groups.get(label, 0) + 1
+        runs = "; ".join(f"{label} ({count} files)" if count > 1 else label for label, count in groups.items())
+        lines += [f"Merged from {len(meta['merged'])} runs (python -m bench.merge; a later run's row replaces an "
+                  f"earlier one's): {runs}", ""]
     ceil = meta.get("ceilings")
     if ceil:
         lines += [f"Measured ceilings: copy {ceil['copy_TBps']:.2f} TB/s (read + write); matrix "

@@ -242,13 +242,10 @@ def main(argv=None) -> int:
             record["columns"].setdefault("max_autotune", {
                 "status": "skipped", "ms": None, "max_error": None, "note": f"skipped (--autotune {args.autotune})"})
 
-    records = list(records.values())
-    order = {(c.name, m): k for k, (c, m) in enumerate((c, m) for c in cases for m in MODES)}
-    records.sort(key=lambda r: order.get((r["case"], r["mode"]), 0))
+    records = report.in_bench_order(list(records.values()), [c.name for c in cases], list(MODES))
     meta["elapsed_s"] = time.monotonic() - start
     meta["skipped_for_budget"] = len(plan.skipped_for_budget)
-    busy = [(r["case"], r["mode"], name) for r in records for name, col in r["columns"].items()
-            if (col.get("background_cores") or 0.0) > quiet.IDLE_CPU_FRACTION]
+    busy = report.timed_while_busy(records, quiet.IDLE_CPU_FRACTION)
     meta["timed_while_busy"] = len(busy)
     report.write_json(stem + ".json", meta, records)
     report.write_markdown(stem + ".md", meta, records, args.columns)

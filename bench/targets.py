@@ -13,12 +13,11 @@ Accuracy: no convops column of the issue's rows failed its check against eager, 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .report import format_table
+from .report import format_table, load_runs
 
 CONVOPS_COLUMNS = ("convops_kernel", "convops_op", "convops_backend")
 
@@ -77,12 +76,7 @@ class Verdict:
 
 def load(paths: Iterable[str]) -> list[dict]:
     """The rows of the files, one per (case, mode), a later file's replacing an earlier one's."""
-    rows: dict[tuple[str, str], dict] = {}
-    for path in paths:
-        with open(path) as f:
-            for record in json.load(f)["results"]:
-                rows[(record["case"], record["mode"])] = record
-    return list(rows.values())
+    return load_runs(list(paths))[1]
 
 
 def _ok_ms(record: dict, column: str) -> float | None:
