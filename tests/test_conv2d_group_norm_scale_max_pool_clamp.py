@@ -48,7 +48,7 @@ DEVICE_PATHS = [*DEVICES, pytest.param("cuda-mixed", marks=pytest.mark.cuda)]
 def on_device(device_path: str, monkeypatch) -> str:
     """The device of a DEVICE_PATHS entry, with the mixed path set up for "cuda-mixed": there with TF32 off, since
     the mixed path's convolution is ATen's, which follows the TF32 flag (these tests hold fp32 to the float64 chain;
-    test_cuda_mixed_path_with_tf32_matches_eager covers TF32)."""
+    test_cuda_mixed_path_matches_eager_in_its_precision_mode covers TF32)."""
     if device_path != "cuda-mixed":
         return device_path
     monkeypatch.setenv("CONVOPS_GN_KERNEL", "none")
@@ -178,8 +178,10 @@ def test_cuda_mixed_path_matches_eager_in_its_precision_mode(monkeypatch, tf32):
     with allow_tf32(tf32):
         args = make_problem(case, torch.float32, "cuda")
         tensors, params = split(args)
-        out = convops.conv2d_group_norm_scale_max_pool_clamp(*args)
-        torch.testing.assert_close(out, torch_chain(*tensors, **params), atol=1e-4, rtol=1e-4)
+        outs = []
+        ran = cuda_kernels_run(lambda: outs.append(convops.conv2d_group_norm_scale_max_pool_clamp(*args)))
+        torch.testing.assert_close(outs[0], torch_chain(*tensors, **params), atol=1e-4, rtol=1e-4)
+    assert any("pool_stats_from_conv_kernel" in name for name in ran), ran
 
 
 def strided_norm_parameters(views: str, channels: int, dtype, device) -> tuple:

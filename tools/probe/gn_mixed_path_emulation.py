@@ -2,7 +2,7 @@
 conv2d_group_norm_epilogue_kernel.cuh, pool_stats_from_conv_kernel, then finalize_kernel in
 conv2d_group_norm_finalize_kernel.cuh; the host's tiling in conv2d_group_norm_scale_max_pool_clamp_kernel.cu,
 mixed_tiling), to check its indexing on a machine without a GPU: the grid's (image, channel tile, band) decode, each
-band's windows, the cells right of the windows and the rows below them, the partial-moment slots the kernel writes and
+group's (channel, window) pairs of a band, the cells right of the windows and the rows below them, the partial-moment slots the kernel writes and
 the ones finalize_kernel reads (both buffers start as NaN, so a slot read but never written shows), and the output
 against clamp(max_pool(group_norm(conv) * scale)) in float64. Per-window moments about the window's first value and
 Chan merges as the kernel does them; the merge order within a CTA differs (it changes rounding, not indexing).
@@ -21,12 +21,17 @@ def cdiv(a, b):
     return -(-a // b)
 
 
-def mixed_tiling(batch, out_channels, pooled_h, sms=132):
+THREADS = 256
+
+
+def mixed_tiling(batch, out_channels, cpg, pooled_h, pooled_w, sms=132):
     channel_tiles = cdiv(out_channels, TILE_N)
-    if pooled_h == 0:
-        return channel_tiles, 1, 0
+    if pooled_h == 0 or pooled_w == 0:
+        return channel_tiles, 1, pooled_h
     wanted = cdiv(4 * sms, batch * channel_tiles)
-    band_windows = cdiv(pooled_h, min(max(wanted, 1), pooled_h))
+    for_grid = cdiv(pooled_h, min(max(wanted, 1), pooled_h))
+    for_threads = cdiv(cdiv(THREADS, min(cpg, TILE_N)), pooled_w)
+    band_windows = min(max(for_grid, for_threads), pooled_h)
     return channel_tiles, cdiv(pooled_h, band_windows), band_windows
 
 
@@ -51,7 +56,7 @@ def pool_stats_from_conv(conv, groups, gamma, scale, pool, sms=132):
     pool_h, pool_w = pool
     pooled_h, pooled_w = conv_h // pool_h, conv_w // pool_w
     cpg = channels // groups
-    channel_tiles, bands, band_windows = mixed_tiling(n_img, channels, pooled_h, sms)
+    channel_tiles, bands, band_windows = mixed_tiling(n_img, channels, cpg, pooled_h, pooled_w, sms)
     local_groups = min(groups, (TILE_N - 1) // cpg + 2)
     extremum = np.full((n_img, channels, pooled_h, pooled_w), np.nan)
     partials = np.full((n_img * channel_tiles * bands * local_groups, 3), np.nan)
@@ -62,39 +67,47 @@ def pool_stats_from_conv(conv, groups, gamma, scale, pool, sms=132):
         ct, n = image_tile % channel_tiles, image_tile // channel_tiles
         first_window_row = band * band_windows
         window_rows = min(band_windows, pooled_h - first_window_row)
+        windows = window_rows * pooled_w
         pooled_cols, pooled_rows = pooled_w * pool_w, pooled_h * pool_h
         tail_cols = conv_w - pooled_cols
-        last_band = band == bands - 1
+        tail_cells = window_rows * pool_h * tail_cols
+        bottom_cells = (conv_h - pooled_rows) * conv_w if band == bands - 1 else 0
         c_first, c_end = ct * TILE_N, min(ct * TILE_N + TILE_N, channels)
-        mom = (0, 0.0, 0.0)
-        for c in range(c_first, c_end):
-            y = conv[n, c]
-            sign = affine_sign(gamma[c], scale[c])
-            fold = 1.0 if sign == 0 else sign
-            for i in range(window_rows * pooled_w):
-                wr, wc = first_window_row + i // pooled_w, i % pooled_w
-                win = y[wr * pool_h:(wr + 1) * pool_h, wc * pool_w:(wc + 1) * pool_w].ravel()
+        sign_of = {c: affine_sign(gamma[c], scale[c]) for c in range(c_first, c_end)}
+        g_first = c_first
+        while g_first < c_end:  # a group's channels of the tile, the (channel, window) pairs decoded as the kernel does
+            g_end = min((g_first // cpg + 1) * cpg, c_end)
+            slice_ = g_end - g_first
+            mom = (0, 0.0, 0.0)
+            for i in range(slice_ * windows):
+                q, wc = divmod(i, pooled_w)
+                channel, wr = q // window_rows, first_window_row + q % window_rows
+                c = g_first + channel
+                sign = sign_of[c]
+                fold = 1.0 if sign == 0 else sign
+                win = conv[n, c, wr * pool_h:(wr + 1) * pool_h, wc * pool_w:(wc + 1) * pool_w].ravel()
                 assert win.size == pool_h * pool_w
                 d = win - win[0]
                 count = win.size
                 m2 = max((d * d).sum() - d.sum() ** 2 / count, 0.0)
                 mom = merge(mom, (count, win[0] + d.sum() / count, m2))
+                assert np.isnan(extremum[n, c, wr, wc]), "a window written twice"
                 if sign != 0:
                     extremum[n, c, wr, wc] = (fold * win).max()
                 else:  # sign classes: 1 = some value <= 0, 2 = some value >= 0
                     extremum[n, c, wr, wc] = (1 if (win <= 0).any() else 0) | (2 if (win >= 0).any() else 0)
-            for i in range(window_rows * pool_h * tail_cols):
-                r, q = first_window_row * pool_h + i // tail_cols, pooled_cols + i % tail_cols
-                mom = merge(mom, (1, y[r, q], 0.0))
-            bottom = y[pooled_rows:].ravel() if last_band else np.empty(0)
-            for x in bottom:
-                mom = merge(mom, (1, x, 0.0))
-            if (c + 1) % cpg == 0 or c + 1 == c_end:
-                local_group = c // cpg - c_first // cpg
-                slot = ((n * channel_tiles + ct) * bands + band) * local_groups + local_group
-                partials[slot] = mom
-                written[slot] += 1
-                mom = (0, 0.0, 0.0)
+            for i in range(slice_ * tail_cells):
+                channel, cell = divmod(i, tail_cells)
+                r, q = first_window_row * pool_h + cell // tail_cols, pooled_cols + cell % tail_cols
+                mom = merge(mom, (1, conv[n, g_first + channel, r, q], 0.0))
+            for i in range(slice_ * bottom_cells):
+                channel, cell = divmod(i, bottom_cells)
+                mom = merge(mom, (1, conv[n, g_first + channel].ravel()[pooled_rows * conv_w + cell], 0.0))
+            local_group = g_first // cpg - c_first // cpg
+            slot = ((n * channel_tiles + ct) * bands + band) * local_groups + local_group
+            partials[slot] = mom
+            written[slot] += 1
+            g_first = g_end
     assert written.max() <= 1, "a partial slot written twice"
     return extremum, partials, (channel_tiles, bands, local_groups)
 
@@ -144,9 +157,9 @@ PROBLEMS = [  # (images, channels, groups, conv_h, conv_w, pool, sms): channel t
     (2, 72, 8, 19, 37, (2, 2), 132),     # 9 channels a group: group 7 straddles channels 63 / 64
     (1, 130, 2, 9, 11, (2, 3), 132),     # 65 channels a group: three tiles, the last of 2 channels
     (1, 6, 3, 9, 11, (4, 10), 132),      # one window a plane
-    (2, 16, 4, 33, 30, (3, 3), 4),       # few SMs: two window rows a band, the last band one (and the row below)
+    (2, 16, 4, 33, 30, (3, 3), 4),       # few SMs: bands of 7 and 4 window rows (and the rows below)
     (1, 8, 2, 7, 40, (3, 35), 132),      # wide windows
-    (4, 64, 16, 126, 126, (4, 4), 132),  # the seed's plane (fewer images): rows and columns the pool drops
+    (4, 64, 16, 126, 126, (4, 4), 132),  # the seed's plane, 4 images: 11 bands, the last of one window row
 ]
 
 

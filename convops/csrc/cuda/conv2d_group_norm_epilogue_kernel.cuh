@@ -7,10 +7,11 @@
 // small second kernel.
 //
 // Work split: a CTA per (image, channel tile of kTileN channels, band of pool-window rows); the last band also takes
-// the rows no window holds, which count in the statistics. Within a CTA the channels go one after the other, the
-// threads spread over the band's windows (adjacent threads, adjacent windows: the loads of a window row coalesce),
-// each thread keeping one summary of the group's values it met; at the end of a group the CTA merges the summaries
-// and writes the group's (count, mean, M2) for its (image, channel tile, band) slot, the layout finalize_kernel reads.
+// the rows no window holds, which count in the statistics. Within a CTA the groups of the tile go one after the
+// other, the threads spread over the group's (channel, window) pairs (adjacent threads, adjacent windows of a channel:
+// the loads of a window row coalesce), each keeping one summary of the values it met; at the end of a group the CTA
+// merges the summaries and writes the group's (count, mean, M2) for its (image, channel tile, band) slot, the layout
+// finalize_kernel reads.
 #pragma once
 
 #include "cuda/conv2d_group_norm_common.cuh"
@@ -52,6 +53,7 @@ __global__ void __launch_bounds__(kThreads) pool_stats_from_conv_kernel(const Co
                                                                         const T* __restrict__ conv,
                                                                         int band_windows) {
   __shared__ float scratch[kThreads / 32][3];
+  __shared__ float tile_sign[kTileN];
   const int tid = threadIdx.x;
   const int band = static_cast<int>(blockIdx.x % p.spatial_tiles);
   const int64_t image_tile = blockIdx.x / p.spatial_tiles;
@@ -65,33 +67,36 @@ __global__ void __launch_bounds__(kThreads) pool_stats_from_conv_kernel(const Co
   const int tail_cols = p.conv_w - pooled_cols;  // right of every window: statistics only
   const int tail_cells = window_rows * p.pool_h * tail_cols;
   const int pooled_rows = p.pooled_h * p.pool_h;
-  const bool last_band = band == p.spatial_tiles - 1;
-  const int64_t bottom_cells = last_band ? static_cast<int64_t>(p.conv_h - pooled_rows) * p.conv_w : 0;
-  const int window_cells = p.pool_h * p.pool_w;
-  const float window_count = static_cast<float>(window_cells);
+  const int bottom_cells = band == p.spatial_tiles - 1 ? (p.conv_h - pooled_rows) * p.conv_w : 0;  // last band
+  const float window_count = static_cast<float>(p.pool_h * p.pool_w);
   const int64_t plane = static_cast<int64_t>(p.conv_h) * p.conv_w;
 
   const int c_first = ct * kTileN, c_end = min(c_first + kTileN, p.out_channels);
+  if (tid < c_end - c_first) tile_sign[tid] = affine_sign<T>(p, c_first + tid);
+  __syncthreads();
   const int cpg = p.channels_per_group;
-  Moments mom{0.f, 0.f, 0.f};
-  for (int c = c_first; c < c_end; ++c) {
-    const T* y = conv + (static_cast<int64_t>(n) * p.out_channels + c) * plane;
-    const float sign = affine_sign<T>(p, c);
-    const float fold = sign_fold(sign);
-    uint32_t* ext = p.extremum + (static_cast<int64_t>(n) * p.out_channels + c) * p.pooled_h * p.ext_w;
-    for (int i = tid; i < windows; i += kThreads) {
-      int row_in_band;
-      const int wc = p.pooled_w_div.divmod(i, row_in_band);
-      const int wr = first_window_row + row_in_band;
-      const T* win = y + static_cast<int64_t>(wr) * p.pool_h * p.conv_w + static_cast<int64_t>(wc) * p.pool_w;
+  // A group's channels of this tile at a time, the threads spread over (channel, window) with the windows of a
+  // channel adjacent (coalesced window rows), so that a band of few windows still keeps every thread busy.
+  for (int g_first = c_first; g_first < c_end;) {
+    const int g_end = min((g_first / cpg + 1) * cpg, c_end);
+    const int slice = g_end - g_first;
+    const T* group_planes = conv + (static_cast<int64_t>(n) * p.out_channels + g_first) * plane;
+    Moments mom{0.f, 0.f, 0.f};
+    for (int i = tid; i < slice * windows; i += kThreads) {
+      int q;
+      const int wc = p.pooled_w_div.divmod(i, q);
+      const int channel = q / window_rows, wr = first_window_row + q % window_rows;
+      const float sign = tile_sign[g_first - c_first + channel], fold = sign_fold(sign);
+      const T* win = group_planes + channel * plane + static_cast<int64_t>(wr) * p.pool_h * p.conv_w +
+                     static_cast<int64_t>(wc) * p.pool_w;
       // The window's moments about its first value (stable: every value of the window is near it relative to the
       // window's own spread), merged into the thread's summary; its extremum as the fused kernels encode it.
       const float first = static_cast<float>(win[0]);
       float sum = 0.f, squares = 0.f;
       uint32_t code = 0u;
       for (int r = 0; r < p.pool_h; ++r) {
-        for (int q = 0; q < p.pool_w; ++q) {
-          const float x = static_cast<float>(win[static_cast<int64_t>(r) * p.conv_w + q]);
+        for (int c = 0; c < p.pool_w; ++c) {
+          const float x = static_cast<float>(win[static_cast<int64_t>(r) * p.conv_w + c]);
           const float d = x - first;
           sum += d;
           squares = fmaf(d, d, squares);
@@ -101,24 +106,26 @@ __global__ void __launch_bounds__(kThreads) pool_stats_from_conv_kernel(const Co
       // A rounding-negative M2 becomes 0; a NaN one stays NaN (as finalize_kernel's variance does).
       const float m2 = squares - sum * sum / window_count;
       mom.merge(window_count, first + sum / window_count, m2 < 0.f ? 0.f : m2);
-      ext[static_cast<int64_t>(wr) * p.ext_w + wc] = code;
+      p.extremum[((static_cast<int64_t>(n) * p.out_channels + g_first + channel) * p.pooled_h + wr) * p.ext_w + wc] =
+          code;
     }
-    for (int i = tid; i < tail_cells; i += kThreads) {
-      const int r = first_window_row * p.pool_h + i / tail_cols, q = pooled_cols + i % tail_cols;
-      mom.merge(1.f, static_cast<float>(y[static_cast<int64_t>(r) * p.conv_w + q]), 0.f);
+    for (int i = tid; i < slice * tail_cells; i += kThreads) {
+      const int channel = i / tail_cells, cell = i % tail_cells;
+      const int r = first_window_row * p.pool_h + cell / tail_cols, c = pooled_cols + cell % tail_cols;
+      mom.merge(1.f, static_cast<float>(group_planes[channel * plane + static_cast<int64_t>(r) * p.conv_w + c]), 0.f);
     }
-    for (int64_t i = tid; i < bottom_cells; i += kThreads) {
-      mom.merge(1.f, static_cast<float>(y[static_cast<int64_t>(pooled_rows) * p.conv_w + i]), 0.f);
+    for (int i = tid; i < slice * bottom_cells; i += kThreads) {
+      const int channel = i / bottom_cells, cell = i % bottom_cells;
+      mom.merge(1.f, static_cast<float>(group_planes[channel * plane + static_cast<int64_t>(pooled_rows) * p.conv_w +
+                                                     cell]), 0.f);
     }
-    if ((c + 1) % cpg == 0 || c + 1 == c_end) {  // the group ends in this tile (uniform across the CTA)
-      const Moments total = merge_block(mom, scratch);
-      if (tid == 0) {
-        const int local_group = c / cpg - c_first / cpg;
-        p.partials[((static_cast<int64_t>(n) * p.channel_tiles + ct) * p.spatial_tiles + band) * p.local_groups +
-                   local_group] = make_float4(total.count, total.mean, total.m2, 0.f);
-      }
-      mom = Moments{0.f, 0.f, 0.f};
+    const Moments total = merge_block(mom, scratch);
+    if (tid == 0) {
+      const int local_group = g_first / cpg - c_first / cpg;
+      p.partials[((static_cast<int64_t>(n) * p.channel_tiles + ct) * p.spatial_tiles + band) * p.local_groups +
+                 local_group] = make_float4(total.count, total.mean, total.m2, 0.f);
     }
+    g_first = g_end;
   }
 }
 

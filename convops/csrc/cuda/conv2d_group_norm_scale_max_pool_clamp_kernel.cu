@@ -321,16 +321,20 @@ void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::opt
 }
 
 // The mixed path's split of the convolution output: kTileN-channel tiles, and bands of whole pool-window rows, as
-// many as give about four CTAs an SM (its kernel is bound by memory).
+// many as give about four CTAs an SM (its kernel is bound by memory), but no band so thin that a group's channels of
+// it hold fewer windows than a CTA has threads.
 struct MixedTiling {
   int64_t channel_tiles, bands, band_windows;
 };
 
 MixedTiling mixed_tiling(const ConvGnPoolGeometry& g) {
   const int64_t channel_tiles = cuda::ceil_div<int64_t>(g.out_channels, kTileN);
-  if (g.pooled_h == 0) return {channel_tiles, 1, 0};  // one band: rows no window holds
+  if (g.pooled_h == 0 || g.pooled_w == 0) return {channel_tiles, 1, g.pooled_h};  // one band (not reached: pool <= conv)
   const int64_t wanted = cuda::ceil_div<int64_t>(4 * cuda::multiprocessor_count(), g.batch * channel_tiles);
-  const int64_t band_windows = cuda::ceil_div<int64_t>(g.pooled_h, std::clamp<int64_t>(wanted, 1, g.pooled_h));
+  const int64_t for_grid = cuda::ceil_div<int64_t>(g.pooled_h, std::clamp<int64_t>(wanted, 1, g.pooled_h));
+  const int64_t slice = std::min<int64_t>(g.channels_per_group, kTileN);
+  const int64_t for_threads = cuda::ceil_div<int64_t>(cuda::ceil_div<int64_t>(kThreads, slice), g.pooled_w);
+  const int64_t band_windows = std::min(std::max(for_grid, for_threads), g.pooled_h);
   return {channel_tiles, cuda::ceil_div<int64_t>(g.pooled_h, band_windows), band_windows};
 }
 
@@ -338,9 +342,12 @@ MixedTiling mixed_tiling(const ConvGnPoolGeometry& g) {
 // problems take the ATen chain.
 bool mixed_fits(const ConvGnPoolGeometry& g, const MixedTiling& t) {
   constexpr int64_t kLimit = int64_t{1} << 30;
+  // A group's (channel, cell) pairs of a band, at most kTileN channels: its windows, the cells right of them, and
+  // (the last band) the rows below every window.
+  const int64_t per_channel = kTileN * std::max({g.pooled_h * g.pooled_w, g.conv_h * std::min(g.pool_w, g.conv_w),
+                                                 std::min(g.pool_h, g.conv_h) * g.conv_w});
   return g.batch < kLimit && g.out_channels < kLimit && g.conv_h < kLimit && g.conv_w < kLimit &&
-         g.pool_h * g.pool_w < kLimit && g.pooled_h * g.pooled_w < kLimit &&
-         g.conv_h * std::min(g.pool_w, g.conv_w) < kLimit &&  // a band's cells right of its windows
+         g.pool_h * g.pool_w < kLimit && g.pooled_h * g.pooled_w < kLimit / kTileN && per_channel < kLimit &&
          g.batch * g.num_groups < kLimit && g.batch * t.channel_tiles * t.bands < kLimit;
 }
 
