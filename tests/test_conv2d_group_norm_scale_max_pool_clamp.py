@@ -160,10 +160,12 @@ MIXED_CASES = [
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", MIXED_CASES, ids=["bands", "cpg65", "one_window", "wide_pool", "pool2", "pool4"])
 def test_cuda_mixed_path_shapes(monkeypatch, case, dtype, layout):
-    """The mixed path against the float64 chain, its output poisoned first; its own kernels ran, the fused ones not."""
+    """The mixed path against the float64 chain, its output poisoned first; its own kernels ran, the fused ones not:
+    the NHWC one on a channels-last input (ATen's convolution then returns channels-last), the NCHW one elsewhere."""
     on_device("cuda-mixed", monkeypatch)
     ran = cuda_kernels_run(lambda: check_against_reference(case, dtype, "cuda", layout))
-    assert any("pool_stats_from_conv_kernel" in name for name in ran), ran
+    stats_kernel = "pool_stats_from_nhwc_conv_kernel" if layout == "channels_last" else "pool_stats_from_conv_kernel"
+    assert any(stats_kernel in name for name in ran), ran
     assert any("finalize_kernel" in name for name in ran), ran
     assert not any("conv_pool_" in name for name in ran), ran  # conv_pool_stats_kernel, conv_pool_window_kernel
 

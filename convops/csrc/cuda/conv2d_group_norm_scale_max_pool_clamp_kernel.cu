@@ -11,8 +11,9 @@
 // Signs are read on the device, so nothing waits on the host. Under the path choice (cuda/path_choice.cuh) the op
 // runs one of:
 //   - "convops": those two kernels where they apply (the window kernel, else the tile kernel), else the mixed path;
-//   - "mixed": ATen's convolution (eager's own), then pool_stats_from_conv_kernel (conv2d_group_norm_epilogue_kernel.cuh)
-//     in place of kernel 1: one read of the convolution output, and the same finalize_kernel;
+//   - "mixed": ATen's convolution (eager's own), then pool_stats_from_conv_kernel or its NHWC twin
+//     (conv2d_group_norm_epilogue_kernel.cuh) in place of kernel 1: one read of the convolution output, and the same
+//     finalize_kernel;
 //   - "aten": the ATen chain (composite), also what float64 and problems past the kernels' index limits run.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
@@ -157,7 +158,8 @@ int window_smem_bytes(int64_t in_channels) {
 }
 
 int plan_window_kernel(const ConvGnPoolGeometry& g, MmaMode mode, ConvPoolParams& p) {
-  if (fused_choice() != FusedChoice::kAny || g.stride_h != 1 || g.stride_w != 1 || g.dilation_h != 1 || g.dilation_w != 1) return 0;
+  if (fused_choice() != FusedChoice::kAny) return 0;
+  if (g.stride_h != 1 || g.stride_w != 1 || g.dilation_h != 1 || g.dilation_w != 1) return 0;
   if (g.kernel_h != 3 || g.kernel_w != 3 || g.pool_h != g.pool_w || (g.pool_h != 2 && g.pool_h != 4)) return 0;
   if (g.in_channels > 256) return 0;  // (before Layout's int arithmetic; the size check below is far tighter)
   const bool half = mode != MmaMode::kTf32x3;
@@ -321,45 +323,53 @@ void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::opt
 }
 
 // The mixed path's split of the convolution output: kTileN-channel tiles, and bands of whole pool-window rows, as
-// many as give about four CTAs an SM (its kernel is bound by memory), but no band so thin that a group's channels of
-// it hold fewer windows than a CTA has threads.
+// many as give about four CTAs an SM (its kernels are bound by memory), but none so thin that a CTA's threads run out
+// of windows: in NCHW they spread over a group's (channel, window) pairs, so a band holds at least a CTA's threads'
+// worth of them; in NHWC each channel has kRows rows of threads.
 struct MixedTiling {
   int64_t channel_tiles, bands, band_windows;
 };
 
-MixedTiling mixed_tiling(const ConvGnPoolGeometry& g) {
+MixedTiling mixed_tiling(const ConvGnPoolGeometry& g, bool nhwc) {
   const int64_t channel_tiles = cuda::ceil_div<int64_t>(g.out_channels, kTileN);
-  if (g.pooled_h == 0 || g.pooled_w == 0) return {channel_tiles, 1, g.pooled_h};  // one band (not reached: pool <= conv)
-  const int64_t wanted = cuda::ceil_div<int64_t>(4 * cuda::multiprocessor_count(), g.batch * channel_tiles);
+  if (g.pooled_h == 0 || g.pooled_w == 0) return {channel_tiles, 1, g.pooled_h};  // (not reached: pool <= conv)
+  const int64_t wanted = cuda::ceil_div<int64_t>(cuda::gn_pool::epilogue::kCtasPerSm * cuda::multiprocessor_count(),
+                                                 g.batch * channel_tiles);
   const int64_t for_grid = cuda::ceil_div<int64_t>(g.pooled_h, std::clamp<int64_t>(wanted, 1, g.pooled_h));
-  const int64_t slice = std::min<int64_t>(g.channels_per_group, kTileN);
-  const int64_t for_threads = cuda::ceil_div<int64_t>(cuda::ceil_div<int64_t>(kThreads, slice), g.pooled_w);
+  const int64_t windows_a_channel =
+      nhwc ? cuda::gn_pool::epilogue::kRows
+           : cuda::ceil_div<int64_t>(kThreads, std::min<int64_t>(g.channels_per_group, kTileN));
+  const int64_t for_threads = cuda::ceil_div<int64_t>(windows_a_channel, g.pooled_w);
   const int64_t band_windows = std::min(std::max(for_grid, for_threads), g.pooled_h);
   return {channel_tiles, cuda::ceil_div<int64_t>(g.pooled_h, band_windows), band_windows};
 }
 
 // The mixed path's kernels index in int where these bound a value (64 bits where offsets reach tensors); larger
 // problems take the ATen chain.
-bool mixed_fits(const ConvGnPoolGeometry& g, const MixedTiling& t) {
+bool mixed_fits(const ConvGnPoolGeometry& g) {
   constexpr int64_t kLimit = int64_t{1} << 30;
   // A group's (channel, cell) pairs of a band, at most kTileN channels: its windows, the cells right of them, and
   // (the last band) the rows below every window.
   const int64_t per_channel = kTileN * std::max({g.pooled_h * g.pooled_w, g.conv_h * std::min(g.pool_w, g.conv_w),
                                                  std::min(g.pool_h, g.conv_h) * g.conv_w});
+  const int64_t most_bands = std::max<int64_t>(g.pooled_h, 1);
   return g.batch < kLimit && g.out_channels < kLimit && g.conv_h < kLimit && g.conv_w < kLimit &&
          g.pool_h * g.pool_w < kLimit && g.pooled_h * g.pooled_w < kLimit / kTileN && per_channel < kLimit &&
-         g.batch * g.num_groups < kLimit && g.batch * t.channel_tiles * t.bands < kLimit;
+         g.batch * g.num_groups < kLimit &&
+         g.batch * cuda::ceil_div<int64_t>(g.out_channels, kTileN) * most_bands < kLimit;
 }
 
 // The mixed path into `out`: ATen's convolution (as the ATen chain and eager run it), then
-// pool_stats_from_conv_kernel and finalize_kernel.
+// pool_stats_from_conv_kernel (NCHW) or pool_stats_from_nhwc_conv_kernel (channels-last, as ATen's convolution
+// returns it for a channels-last input), and finalize_kernel.
 template <typename T>
 void run_mixed(const at::Tensor& conv_output, const std::optional<at::Tensor>& gn_weight,
                const std::optional<at::Tensor>& gn_bias, double eps, const at::Tensor& scale,
                std::optional<double> clamp_min, std::optional<double> clamp_max, const ConvGnPoolGeometry& g,
-               const MixedTiling& t, at::Tensor& out) {
-  // The kernel reads NCHW planes (a channels-last convolution output is copied first).
-  const at::Tensor conv = conv_output.contiguous();
+               at::Tensor& out) {
+  const bool nhwc = !conv_output.is_contiguous() && conv_output.is_contiguous(at::MemoryFormat::ChannelsLast);
+  const at::Tensor conv = nhwc ? conv_output : conv_output.contiguous();
+  const MixedTiling t = mixed_tiling(g, nhwc);
   const ChannelVectors v = channel_vectors(std::nullopt, gn_weight, gn_bias, scale);
   ConvPoolParams p{};
   set_pool_norm_params(p, g, v, eps, clamp_min, clamp_max, out);
@@ -373,9 +383,15 @@ void run_mixed(const at::Tensor& conv_output, const std::optional<at::Tensor>& g
   p.extremum = reinterpret_cast<uint32_t*>(extremum.data_ptr<int32_t>());
   p.partials = reinterpret_cast<float4*>(partials.data_ptr<float>());
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  cuda::gn_pool::epilogue::pool_stats_from_conv_kernel<T>
-      <<<static_cast<unsigned>(g.batch * t.channel_tiles * t.bands), kThreads, 0, stream>>>(
-          p, static_cast<const T*>(conv.const_data_ptr()), static_cast<int>(t.band_windows));
+  const auto grid = static_cast<unsigned>(g.batch * t.channel_tiles * t.bands);
+  const auto* data = static_cast<const T*>(conv.const_data_ptr());
+  if (nhwc) {
+    cuda::gn_pool::epilogue::pool_stats_from_nhwc_conv_kernel<T><<<grid, kThreads, 0, stream>>>(
+        p, data, static_cast<int>(t.band_windows));
+  } else {
+    cuda::gn_pool::epilogue::pool_stats_from_conv_kernel<T><<<grid, kThreads, 0, stream>>>(
+        p, data, static_cast<int>(t.band_windows));
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   cuda::gn_pool::finalize_kernel<T><<<static_cast<unsigned>(g.batch * g.num_groups), kThreads, 0, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -404,8 +420,7 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
   if (!window) choose_tile(g, p);
   const int smem_bytes = window ? window_bytes : any_fused ? choose_chunk(g, k_step, p) : 0;
   const bool fused_applies = smem_bytes != 0 && fits_int32(g, p);
-  const MixedTiling tiling = mixed_tiling(g);
-  const bool mixed_applies = dtype != at::kDouble && mixed_fits(g, tiling);
+  const bool mixed_applies = dtype != at::kDouble && mixed_fits(g);
 
   const auto aten = [&] {
     return composite(input, weight, bias, stride, padding, dilation, num_groups, gn_weight, gn_bias, eps, scale,
@@ -421,11 +436,11 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
     at::Tensor out = empty_output(input, {g.batch, g.out_channels, g.pooled_h, g.pooled_w});
     const at::Tensor conv = at::convolution(input, weight, bias, stride, padding, dilation, false, {0, 0}, 1);
     if (dtype == at::kBFloat16) {
-      run_mixed<c10::BFloat16>(conv, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, tiling, out);
+      run_mixed<c10::BFloat16>(conv, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, out);
     } else if (dtype == at::kHalf) {
-      run_mixed<c10::Half>(conv, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, tiling, out);
+      run_mixed<c10::Half>(conv, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, out);
     } else {
-      run_mixed<float>(conv, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, tiling, out);
+      run_mixed<float>(conv, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, out);
     }
     return out;
   };
