@@ -3,7 +3,7 @@ conv2d_group_norm_epilogue_kernel.cuh: pool_stats_from_conv_kernel for NCHW, poo
 NHWC; then finalize_kernel, conv2d_group_norm_finalize_kernel.cuh; the host's tiling, mixed_tiling in
 conv2d_group_norm_scale_max_pool_clamp_kernel.cu), to check their indexing on a machine without a GPU: the grid's
 (image, channel tile, band) decode, the windows each thread takes (NCHW: a group's (channel, window) pairs; NHWC: a
-channel a thread, kRows rows of threads over the windows), the cells right of the windows and the rows below them,
+channel a thread, rows of threads over the windows), the cells right of the windows and the rows below them,
 the partial-moment slots the kernels write and the ones finalize_kernel reads (both buffers start as NaN, so a slot
 read but never written shows), and the output against clamp(max_pool(group_norm(conv) * scale)) in float64.
 Per-window moments about the window's first value and Chan merges as the kernels do them; merge orders differ
@@ -25,7 +25,6 @@ def cdiv(a, b):
 THREADS = 256
 
 
-ROWS = THREADS // TILE_N  # the NHWC kernel's rows of threads
 CTAS_PER_SM = 4
 
 
@@ -35,7 +34,7 @@ def mixed_tiling(batch, out_channels, cpg, pooled_h, pooled_w, nhwc, sms=132):
         return channel_tiles, 1, pooled_h
     wanted = cdiv(CTAS_PER_SM * sms, batch * channel_tiles)
     for_grid = cdiv(pooled_h, min(max(wanted, 1), pooled_h))
-    windows_a_channel = ROWS if nhwc else cdiv(THREADS, min(cpg, TILE_N))
+    windows_a_channel = cdiv(THREADS, min(out_channels if nhwc else cpg, TILE_N))
     for_threads = cdiv(windows_a_channel, pooled_w)
     band_windows = min(max(for_grid, for_threads), pooled_h)
     return channel_tiles, cdiv(pooled_h, band_windows), band_windows
@@ -157,9 +156,9 @@ def pool_stats_from_conv(conv, groups, gamma, scale, pool, sms=132, nhwc=False):
 
 
 def pool_stats_from_nhwc_conv(conv, groups, gamma, scale, pool, sms):
-    """pool_stats_from_nhwc_conv_kernel: thread t takes channel c_first + t % 64 and every ROWS-th window from
-    t // 64; then the warp of group lg merges the group's (channel, row) summaries: entry e is row e % ROWS of
-    channel e // ROWS of the group's channels in the tile."""
+    """pool_stats_from_nhwc_conv_kernel: with tc the tile's channels, thread t takes channel c_first + t % tc and
+    every rows-th window from t // tc (rows = THREADS // tc; threads past rows * tc idle); then the warp of group lg
+    merges the group's (channel, row) summaries: entry e is row e // width of channel lo + e % width."""
     launch = Launch(conv, groups, pool, sms, True)
     _, channels, conv_h, conv_w = conv.shape
     pool_h, pool_w, pooled_w, cpg = *pool, launch.pooled_w, launch.cpg
@@ -167,13 +166,15 @@ def pool_stats_from_nhwc_conv(conv, groups, gamma, scale, pool, sms):
     row_stride, pixel_stride = conv_w * channels, channels
     for b in launch.blocks():
         summaries = {}
+        tile_channels = b.c_end - b.c_first
+        rows = THREADS // tile_channels
         for tid in range(THREADS):
-            lane_channel, row = tid % TILE_N, tid // TILE_N
+            lane_channel, row = tid % tile_channels, tid // tile_channels
             c = b.c_first + lane_channel
             mom = (0, 0.0, 0.0)
-            if c < b.c_end:
+            if row < rows:
                 image = b.n * conv_h * row_stride + c
-                for i in range(row, b.windows, ROWS):
+                for i in range(row, b.windows, rows):
                     q, wc = divmod(i, pooled_w)
                     wr = b.first_window_row + q
                     first = image + wr * pool_h * row_stride + wc * pool_w * pixel_stride
@@ -182,19 +183,20 @@ def pool_stats_from_nhwc_conv(conv, groups, gamma, scale, pool, sms):
                     window_mom, code = window_summary(win, affine_sign(gamma[c], scale[c]))
                     mom = merge(mom, window_mom)
                     launch.write_window(b, c, wr, wc, code)
-                for i in range(row, b.tail_cells, ROWS):
+                for i in range(row, b.tail_cells, rows):
                     r, col = b.tail_cell(i)
                     mom = merge(mom, (1, nhwc[image + r * row_stride + col * pixel_stride], 0.0))
-                for i in range(row, b.bottom_cells, ROWS):
+                for i in range(row, b.bottom_cells, rows):
                     mom = merge(mom, (1, nhwc[image + b.pooled_rows * row_stride + i * pixel_stride], 0.0))
-            summaries[row, lane_channel] = mom
+            summaries[tid] = mom
         first_group = b.c_first // cpg
         for tid in range((b.c_end - 1) // cpg - first_group + 1):
             grp = first_group + tid
-            lo, hi = max(grp * cpg, b.c_first) - b.c_first, min((grp + 1) * cpg, b.c_end) - b.c_first
+            lo = max(grp * cpg, b.c_first) - b.c_first
+            width = min((grp + 1) * cpg, b.c_end) - b.c_first - lo
             total = (0, 0.0, 0.0)
-            for e in range((hi - lo) * ROWS):
-                total = merge(total, summaries[e % ROWS, lo + e // ROWS])
+            for e in range(width * rows):
+                total = merge(total, summaries[(e // width) * tile_channels + lo + e % width])
             launch.write_partial(b, tid, total)
     return launch.result()
 

@@ -14,7 +14,7 @@
 //     (channel, window) pairs, adjacent threads on adjacent windows of a channel (the loads of a window row
 //     coalesce), each keeping one summary, merged by the CTA at the end of the group;
 //   - NHWC (pool_stats_from_nhwc_conv_kernel, ATen's output for a channels-last input): a thread a channel, adjacent
-//     threads on adjacent channels of a pixel, in kRows rows over the band's windows; a warp a group then merges.
+//     threads on adjacent channels of a pixel, in rows of threads over the band's windows; a warp a group merges.
 #pragma once
 
 #include "cuda/conv2d_group_norm_common.cuh"
@@ -25,7 +25,7 @@ namespace gn_pool {
 namespace epilogue {
 
 constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kCtasPerSm = 4;  // what the host's band split aims at (mixed_tiling): at most 64 registers a thread
+constexpr int kCtasPerSm = 4;  // what the host's band split aims at (mixed_tiling)
 
 // A warp's merge of its lanes' summaries, in a fixed order (deterministic): lane 0 returns the total.
 __device__ __forceinline__ Moments merge_warp(Moments m) {
@@ -126,8 +126,9 @@ __device__ __forceinline__ uint32_t* extremum_at(const ConvPoolParams& p, int n,
 
 // conv: the convolution output, dense NCHW. p: the finalize kernel's parameters (extremum with ext_w = pooled_w,
 // partials, spatial_tiles = the number of bands) plus conv_h / conv_w. band_windows: pool-window rows a band.
+// 5 CTAs an SM fit its registers (48) without spills; 4 leave it 64.
 template <typename T>
-__global__ void __launch_bounds__(kThreads, kCtasPerSm)
+__global__ void __launch_bounds__(kThreads, 5)
     pool_stats_from_conv_kernel(const ConvPoolParams p, const T* __restrict__ conv, int band_windows) {
   __shared__ float scratch[kThreads / 32][3];
   __shared__ float tile_sign[kTileN];
@@ -170,23 +171,24 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 }
 
 // The same from a dense NHWC (channels-last) convolution output, without a copy to NCHW: a thread a channel of the
-// tile (adjacent threads, adjacent channels of a pixel: coalesced) and one of kRows rows of threads, each taking
-// every kRows-th window of the band; then a warp a group merges its channels' summaries (a fixed order).
-constexpr int kRows = kThreads / kTileN;
-
+// tile (adjacent threads, adjacent channels of a pixel: coalesced), in as many rows of threads as the tile's
+// channels leave (4 for a whole tile), each row taking every rows-th window of the band; then a warp a group merges
+// its channels' summaries (a fixed order).
 template <typename T>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     pool_stats_from_nhwc_conv_kernel(const ConvPoolParams p, const T* __restrict__ conv, int band_windows) {
-  __shared__ float summaries[kRows][kTileN][3];
-  const int tid = threadIdx.x, lane_channel = tid % kTileN, row = tid / kTileN;
+  __shared__ float summaries[kThreads][3];  // a thread's at its index (a pitch of 3 floats: no bank conflicts)
+  const int tid = threadIdx.x;
   const Band b(p, band_windows);
+  const int tile_channels = b.c_end - b.c_first, rows = kThreads / tile_channels;
+  const int lane_channel = tid % tile_channels, row = tid / tile_channels;  // row == rows: idle
   const int c = b.c_first + lane_channel;
   const int64_t pixel_stride = p.out_channels, row_stride = static_cast<int64_t>(p.conv_w) * p.out_channels;
   Moments mom{0.f, 0.f, 0.f};
-  if (c < b.c_end) {
+  if (row < rows) {
     const T* image = conv + static_cast<int64_t>(b.n) * p.conv_h * row_stride + c;
     const float sign = affine_sign<T>(p, c);
-    for (int i = row; i < b.windows; i += kRows) {
+    for (int i = row; i < b.windows; i += rows) {
       int q;
       const int wc = p.pooled_w_div.divmod(i, q);
       const int wr = b.first_window_row + q;
@@ -194,27 +196,27 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
                      static_cast<int64_t>(wc) * p.pool_w * pixel_stride;
       *extremum_at(p, b.n, c, wr, wc) = window_summary(p, win, row_stride, pixel_stride, sign, mom);
     }
-    for (int i = row; i < b.tail_cells; i += kRows) {
+    for (int i = row; i < b.tail_cells; i += rows) {
       mom.merge(1.f, static_cast<float>(image[b.tail_cell(i, row_stride, pixel_stride)]), 0.f);
     }
-    for (int i = row; i < b.bottom_cells; i += kRows) {
+    for (int i = row; i < b.bottom_cells; i += rows) {
       mom.merge(1.f, static_cast<float>(image[b.pooled_rows * row_stride + i * pixel_stride]), 0.f);
     }
   }
-  summaries[row][lane_channel][0] = mom.count;
-  summaries[row][lane_channel][1] = mom.mean;
-  summaries[row][lane_channel][2] = mom.m2;
+  summaries[tid][0] = mom.count;
+  summaries[tid][1] = mom.mean;
+  summaries[tid][2] = mom.m2;
   __syncthreads();
-  // A warp a group of the tile: its lanes merge the group's (channel, row) summaries in turn, then the warp merges
-  // the lanes'.
+  // A warp a group of the tile: its lanes merge the group's (channel, row) summaries in turn, adjacent lanes on
+  // adjacent channels, then the warp merges the lanes'.
   const int cpg = p.channels_per_group, warp = tid / 32, lane = tid % 32;
   const int first_group = b.c_first / cpg, groups = (b.c_end - 1) / cpg - first_group + 1;
   for (int local = warp; local < groups; local += kThreads / 32) {
     const int grp = first_group + local;
-    const int lo = max(grp * cpg, b.c_first) - b.c_first, hi = min((grp + 1) * cpg, b.c_end) - b.c_first;
+    const int lo = max(grp * cpg, b.c_first) - b.c_first, width = min((grp + 1) * cpg, b.c_end) - b.c_first - lo;
     Moments part{0.f, 0.f, 0.f};
-    for (int e = lane; e < (hi - lo) * kRows; e += 32) {
-      const float* s = summaries[e % kRows][lo + e / kRows];
+    for (int e = lane; e < width * rows; e += 32) {
+      const float* s = summaries[(e / width) * tile_channels + lo + e % width];
       part.merge(s[0], s[1], s[2]);
     }
     const Moments total = merge_warp(part);

@@ -325,7 +325,7 @@ void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::opt
 // The mixed path's split of the convolution output: kTileN-channel tiles, and bands of whole pool-window rows, as
 // many as give about four CTAs an SM (its kernels are bound by memory), but none so thin that a CTA's threads run out
 // of windows: in NCHW they spread over a group's (channel, window) pairs, so a band holds at least a CTA's threads'
-// worth of them; in NHWC each channel has kRows rows of threads.
+// worth of them; in NHWC a tile's channels do.
 struct MixedTiling {
   int64_t channel_tiles, bands, band_windows;
 };
@@ -336,9 +336,9 @@ MixedTiling mixed_tiling(const ConvGnPoolGeometry& g, bool nhwc) {
   const int64_t wanted = cuda::ceil_div<int64_t>(cuda::gn_pool::epilogue::kCtasPerSm * cuda::multiprocessor_count(),
                                                  g.batch * channel_tiles);
   const int64_t for_grid = cuda::ceil_div<int64_t>(g.pooled_h, std::clamp<int64_t>(wanted, 1, g.pooled_h));
-  const int64_t windows_a_channel =
-      nhwc ? cuda::gn_pool::epilogue::kRows
-           : cuda::ceil_div<int64_t>(kThreads, std::min<int64_t>(g.channels_per_group, kTileN));
+  // NCHW: a group's channels of a tile share the threads; NHWC: a tile's channels, the rest being rows of threads.
+  const int64_t sharing = std::min<int64_t>(nhwc ? g.out_channels : g.channels_per_group, kTileN);
+  const int64_t windows_a_channel = cuda::ceil_div<int64_t>(kThreads, sharing);
   const int64_t for_threads = cuda::ceil_div<int64_t>(windows_a_channel, g.pooled_w);
   const int64_t band_windows = std::min(std::max(for_grid, for_threads), g.pooled_h);
   return {channel_tiles, cuda::ceil_div<int64_t>(g.pooled_h, band_windows), band_windows};
@@ -353,10 +353,11 @@ bool mixed_fits(const ConvGnPoolGeometry& g) {
   const int64_t per_channel = kTileN * std::max({g.pooled_h * g.pooled_w, g.conv_h * std::min(g.pool_w, g.conv_w),
                                                  std::min(g.pool_h, g.conv_h) * g.conv_w});
   const int64_t most_bands = std::max<int64_t>(g.pooled_h, 1);
+  // In this order: each product's factors are bounded by the checks before it (no int64 overflow).
   return g.batch < kLimit && g.out_channels < kLimit && g.conv_h < kLimit && g.conv_w < kLimit &&
          g.pool_h * g.pool_w < kLimit && g.pooled_h * g.pooled_w < kLimit / kTileN && per_channel < kLimit &&
          g.batch * g.num_groups < kLimit &&
-         g.batch * cuda::ceil_div<int64_t>(g.out_channels, kTileN) * most_bands < kLimit;
+         most_bands < kLimit / (g.batch * cuda::ceil_div<int64_t>(g.out_channels, kTileN));  // the grid
 }
 
 // The mixed path into `out`: ATen's convolution (as the ATen chain and eager run it), then
