@@ -4,16 +4,18 @@ run and the re-runs of some of its rows.
     python -m bench.merge --out DIR RUN.json [MORE.json ...]
 
 A row of a later file replaces the same case and mode of an earlier one (as in `python -m bench.targets`), and the
-rows come out in the benchmark's own order (bench/cases.py, then the modes of bench/timing.py). The files must come from one card,
-one torch and one source tree (their meta's `card`, `torch`, `sources`): rows of different trees or cards side by side
-would compare what was never measured together. Writes DIR/bench-merged-<time>.json and .md: the first file's meta,
-with each file's date, arguments and elapsed time under `merged`.
+rows come out in the benchmark's own order (bench/cases.py, then the modes of bench/timing.py). The files must come
+from one card, one torch and one source tree (their meta's `card`, `torch`, `sources`): rows of different trees or
+cards side by side would compare what was never measured together. Writes DIR/bench-merged-<time>.json and .md: the first file's meta,
+with each file's date, arguments and elapsed time under `merged`; and prints, for rows whose columns the time budget
+cut, the bench.run command that times them again.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import os
+import re
 from collections.abc import Sequence
 
 from . import report
@@ -28,6 +30,22 @@ PER_RUN = ("date", "argv", "modes", "shard", "elapsed_s", "ceilings", "skipped_f
 
 class MismatchedRuns(ValueError):
     """The files were not measured on one card with one tree."""
+
+
+def skipped_for_budget(records: Sequence[dict]) -> list[dict]:
+    """The rows with a column the budget cut (bench/run.py notes "skipped (time budget)")."""
+    return [r for r in records if any("budget" in ((col or {}).get("note") or "") for col in r["columns"].values())]
+
+
+def rerun_commands(records: Sequence[dict], autotune: str = "all") -> list[str]:
+    """bench.run commands that time the rows the budget cut again, whole, one a mode (their rows then replace the
+    cut ones when merged last)."""
+    by_mode: dict[str, list[str]] = {}
+    for r in skipped_for_budget(records):
+        by_mode.setdefault(r["mode"], []).append(r["case"])
+    in_order = sorted(by_mode.items(), key=lambda kv: list(MODES).index(kv[0]))
+    return [f"python -m bench.run --cases '^({'|'.join(re.escape(c) for c in cases)})$' --modes {mode} "
+            f"--autotune {autotune}" for mode, cases in in_order]
 
 
 def merge(runs: Sequence[tuple[str, dict]], records: Sequence[dict]) -> tuple[dict, list[dict]]:
@@ -46,8 +64,7 @@ def merge(runs: Sequence[tuple[str, dict]], records: Sequence[dict]) -> tuple[di
     merged["modes"] = [m for m in MODES if any(m in meta.get("modes", ()) for _, meta in runs)]
     merged["ceilings"] = first.get("ceilings")  # the first GPU's; each row's floor used its own run's ceilings
     merged["timed_while_busy"] = len(report.timed_while_busy(records, IDLE_CPU_FRACTION))
-    merged["skipped_for_budget"] = sum("budget" in (col.get("note") or "")
-                                       for r in records for col in r["columns"].values() if col)
+    merged["skipped_for_budget"] = len(skipped_for_budget(records))
     return merged, report.in_bench_order(records, [case.name for case in all_cases()], list(MODES))
 
 
@@ -67,6 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.write_markdown(stem + ".md", meta, records)
     print(f"merged {len(records)} rows of {len(runs)} runs: {stem}.json, {stem}.md")
     print(report.summary(records))
+    for command in rerun_commands(records, meta.get("autotune") or "all"):
+        print(f"columns cut by the budget; time their rows again, then merge that run last: {command}")
     return 0
 
 

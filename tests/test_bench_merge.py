@@ -57,3 +57,20 @@ def test_runs_of_another_card_or_tree_are_refused(tmp_path, capsys, field):
     assert exit_info.value.code == 2
     assert f"b.json has {field} 'other'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_rows_the_budget_cut_get_a_command_that_times_exactly_them_again():
+    from bench.cases import all_cases, select
+    cut = [record("convnext_t/dws_b32_c384_h14_k7_s1_o1536", "tf32", "depthwise_separable_conv2d", speedup=1.3),
+           record("convnext_t/dws_b32_c768_h7_k7_s1_o3072", "tf32", "depthwise_separable_conv2d", speedup=1.2),
+           record("gn_block/b16_c128-256_h28_k3_s1_p0_g16_pool4_scale-negative_clamp-0.5..0.5", "bf16", "gn",
+                  speedup=1.0)]
+    for r in cut:
+        r["columns"]["max_autotune"] = {"status": "skipped", "ms": None, "note": "skipped (time budget)"}
+    whole = record("convnext_t/dws_b32_c384_h14_k7_s1_o1536", "bf16", "depthwise_separable_conv2d", speedup=1.1)
+    commands = merge.rerun_commands([whole, *cut])
+    assert [c.split("--modes ")[1] for c in commands] == ["tf32 --autotune all", "bf16 --autotune all"]
+    pattern = commands[0].split("--cases '")[1].split("'")[0]
+    assert [c.name for c in select(all_cases(), pattern)] == [r["case"] for r in cut[:2]]
+    pattern = commands[1].split("--cases '")[1].split("'")[0]
+    assert [c.name for c in select(all_cases(), pattern)] == [cut[2]["case"]]
