@@ -8,7 +8,8 @@ torch.compile, max-autotune: a speedup target is met only where max-autotune ran
 the issue's ops at the asked speedup or more (1.0 = never slower than the best peer), counting those within 3% above,
 and met only where max-autotune ran on every row.
 Accuracy: no convops column of the issue's rows failed its check against eager, and in the modes the issue names none
-is more than 1e-4 from eager: fp32 and tf32 on every row (#5), tf32 on the seeds (#6), fp32 and tf32 on the seed (#7). A target with no row in the files is "not in these runs", never met.
+is more than 1e-4 from eager: fp32 and tf32 on every row (#5), tf32 on the seeds (#6), fp32 and tf32 on the seed (#7).
+A target with no row in the files is "not in these runs", never met.
 """
 from __future__ import annotations
 
