@@ -6,9 +6,9 @@ run and the re-runs of some of its rows.
 A row of a later file replaces the same case and mode of an earlier one (as in `python -m bench.targets`), and the
 rows come out in the benchmark's own order (bench/cases.py, then the modes of bench/timing.py). The files must come
 from one card, one torch and one source tree (their meta's `card`, `torch`, `sources`): rows of different trees or
-cards side by side would compare what was never measured together. Writes DIR/bench-merged-<time>.json and .md: the first file's meta,
-with each file's date, arguments and elapsed time under `merged`; and prints, for rows whose columns the time budget
-cut, the bench.run command that times them again.
+cards side by side would compare what was never measured together. Writes DIR/bench-merged-<time>.json and .md:
+the first file's meta, with each file's date, arguments and elapsed time under `merged`; and prints, for rows whose
+columns the time budget cut, the bench.run command that times them again.
 """
 from __future__ import annotations
 
