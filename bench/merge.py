@@ -33,8 +33,9 @@ class MismatchedRuns(ValueError):
 
 
 def skipped_for_budget(records: Sequence[dict]) -> list[dict]:
-    """The rows with a column the budget cut (bench/run.py notes "skipped (time budget)")."""
-    return [r for r in records if any("budget" in ((col or {}).get("note") or "") for col in r["columns"].values())]
+    """The rows with a column the budget cut."""
+    return [r for r in records
+            if any((col or {}).get("note") == report.BUDGET_SKIP_NOTE for col in r["columns"].values())]
 
 
 def rerun_commands(records: Sequence[dict], autotune: str = "all") -> list[str]:

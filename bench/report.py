@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 from .columns import COLUMNS, TITLES
 
+# The note of a column the time budget cut (bench/runner.py's Plan), which bench.merge finds again to re-run.
+BUDGET_SKIP_NOTE = "skipped (time budget)"
 CELL = {"fail": "FAIL", "missing": "missing", "n/a": "n/a", "error": "error", "skipped": "-"}
 
 

@@ -67,7 +67,7 @@ def parse_args(argv):
     p.add_argument("--shard", metavar="K/N", type=_shard,
                    help="only the K-th of N interleaved shares of the (case, mode) work (K from 0), for one run over "
                         "N GPUs of a host: a process a GPU, each with its own --out (tools/bench_sharded.sh); "
-                        "python -m bench.targets reads their JSON files together")
+                        "python -m bench.merge joins their JSON files into one report")
     p.add_argument("--list", action="store_true", help="print the selected case names and exit")
     args = p.parse_args(argv)
     args.modes = _names(args.modes, MODES, "mode")
@@ -122,7 +122,7 @@ def autotune_items(items, plan: Plan):
 
 def _skipped_record(case, mode, columns):
     return {"case": case.name, "group": case.group, "mode": mode.name, "columns": {
-        c: {"status": "skipped", "ms": None, "max_error": None, "note": "skipped (time budget)"} for c in columns}}
+        c: {"status": "skipped", "ms": None, "max_error": None, "note": report.BUDGET_SKIP_NOTE} for c in columns}}
 
 
 def _run(tag, case, mode, plan, columns, records, start, stem, meta):

@@ -17,7 +17,7 @@ import torch
 import convops
 from convops.path_choice import stage_of
 
-from . import quiet
+from . import quiet, report
 from .cases import Case
 from .columns import BASELINES, COMPILED, Unavailable, column_policy, make_runner
 from .floors import Ceilings, flops, min_bytes
@@ -78,7 +78,7 @@ class Plan:
         reserve = AUTOTUNE_RESERVE_S if column == "max_autotune" else 0.05 * self.budget_s
         if self.time_left() < reserve:
             self.skipped_for_budget.append((case.name, mode.name, column))
-            return "skipped (time budget)"
+            return report.BUDGET_SKIP_NOTE
         return None
 
 
