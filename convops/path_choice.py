@@ -73,7 +73,8 @@ class PathChoice(NamedTuple):
     """One decision of "auto": the problem (op, device, TF32, tensors' dtype/sizes/strides, parameters), the path
     it took and the median time of each path. Paths: "convops" (the op's own kernel), "aten" (the ATen composition it
     replaces) and, for ops that offer one, "mixed" (convops' kernel for part of the work, ATen for the rest: the
-    separable op's convops depthwise kernel followed by the 1x1); mixed_ms is None where there is none. Decisions
+    separable op's convops depthwise kernel followed by the 1x1; the GroupNorm block's ATen convolution followed by
+    convops' pooling and statistics kernel); mixed_ms is None where there is none. Decisions
     made inside a path are problems of their own, "<op>.<stage>" (stage_of; the module's comment above lists
     them)."""
     problem: str

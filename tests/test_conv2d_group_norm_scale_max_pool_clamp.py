@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 import convops
-from common_utils import (DEVICES, DTYPES, LAYOUTS, allow_tf32, assert_close, assert_output_layout, make_tensor,
-                          opcheck, poison_allocator, reference)
+from common_utils import (DEVICES, DTYPES, LAYOUTS, allow_tf32, assert_close, assert_output_layout, cuda_kernels_run,
+                          make_tensor, opcheck, poison_allocator, reference)
 
 OP = torch.ops.convops.conv2d_group_norm_scale_max_pool_clamp.default
 NAME = "convops::conv2d_group_norm_scale_max_pool_clamp"
@@ -37,6 +37,23 @@ CASES = [
 # Each case runs in one dtype and one layout, rotating through both lists so the sample covers every pairing.
 SAMPLED = [(case, DTYPES[i % len(DTYPES)], LAYOUTS[(i // len(DTYPES)) % len(LAYOUTS)])
            for i, case in enumerate(CASES)]
+
+
+# The devices and, on CUDA, the paths a test runs: the fused kernels ("cuda"), and the mixed path ("cuda-mixed": ATen's
+# convolution, then the epilogue kernel and the same finalize kernel; CONVOPS_GN_KERNEL=none, read each call, leaves
+# the fused kernels out, so that the forced convops path is the mixed one).
+DEVICE_PATHS = [*DEVICES, pytest.param("cuda-mixed", marks=pytest.mark.cuda)]
+
+
+def on_device(device_path: str, monkeypatch) -> str:
+    """The device of a DEVICE_PATHS entry, with the mixed path set up for "cuda-mixed": there with TF32 off, since
+    the mixed path's convolution is ATen's, which follows the TF32 flag (these tests hold fp32 to the float64 chain;
+    test_cuda_mixed_path_matches_eager_in_its_precision_mode covers TF32)."""
+    if device_path != "cuda-mixed":
+        return device_path
+    monkeypatch.setenv("CONVOPS_GN_KERNEL", "none")
+    torch.backends.cudnn.allow_tf32 = False  # restored by conftest's _seed_and_restore_precision_flags
+    return "cuda"
 
 
 def make_problem(case, dtype, device, layout="contiguous", requires_grad=False, shift=0.0):
@@ -85,16 +102,18 @@ def check_against_reference(case, dtype, device, layout, **overrides):
     assert_output_layout(out, args[0])
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", DEVICE_PATHS)
 @pytest.mark.parametrize("case,dtype,layout", SAMPLED)
-def test_matches_reference(device, case, dtype, layout):
+def test_matches_reference(monkeypatch, device, case, dtype, layout):
+    device = on_device(device, monkeypatch)
     check_against_reference(case, dtype, device, layout)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", DEVICE_PATHS)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", [*DTYPES, torch.float64])
-def test_every_dtype_and_layout(device, dtype, layout):
+def test_every_dtype_and_layout(monkeypatch, device, dtype, layout):
+    device = on_device(device, monkeypatch)
     check_against_reference(CASES[2], dtype, device, layout)
 
 
@@ -124,6 +143,49 @@ def test_cuda_window_kernel_shapes(case, dtype, layout):
         check_against_reference(case, dtype, "cuda", layout)
 
 
+# Problems for the mixed path's split (conv2d_group_norm_epilogue_kernel.cuh): several bands of window rows a plane
+# (few images), groups across channel tiles (72 channels of 9 a group; 130 of 65: three tiles), one window a plane,
+# wide windows, and rows and columns no window holds.
+MIXED_CASES = [
+    (1, 5, 40, 41, 72, (3, 3), (1, 1), (1, 1), (1, 1), True, 8, (2, 2), (-0.5, 0.8), (72, 1, 1), True),
+    (2, 3, 11, 13, 130, (3, 3), (1, 1), (0, 0), (1, 1), False, 2, (2, 3), (0.0, 1.0), (130,), True),
+    (1, 3, 9, 11, 6, (6, 2), (1, 1), (0, 0), (1, 1), True, 3, (4, 10), (0.0, 1.0), (6, 1, 1), True),
+    (1, 2, 40, 80, 8, (3, 3), (1, 1), (0, 0), (1, 1), True, 4, (3, 35), (None, 0.4), (8, 1, 1), False),
+    *WINDOW_CASES,
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", MIXED_CASES, ids=["bands", "cpg65", "one_window", "wide_pool", "pool2", "pool4"])
+def test_cuda_mixed_path_shapes(monkeypatch, case, dtype, layout):
+    """The mixed path against the float64 chain, its output poisoned first; its own kernels ran, the fused ones not:
+    the NHWC one on a channels-last input (ATen's convolution then returns channels-last), the NCHW one elsewhere."""
+    on_device("cuda-mixed", monkeypatch)
+    ran = cuda_kernels_run(lambda: check_against_reference(case, dtype, "cuda", layout))
+    stats_kernel = "pool_stats_from_nhwc_conv_kernel" if layout == "channels_last" else "pool_stats_from_conv_kernel"
+    assert any(stats_kernel in name for name in ran), ran
+    assert any("finalize_kernel" in name for name in ran), ran
+    assert not any("conv_pool_" in name for name in ran), ran  # conv_pool_stats_kernel, conv_pool_window_kernel
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("tf32", [True, False])
+def test_cuda_mixed_path_matches_eager_in_its_precision_mode(monkeypatch, tf32):
+    """The seed block on 4 images: the mixed path's convolution is eager's (TF32 where the flag allows it), so its
+    output is within 1e-4 of eager's chain in the same mode."""
+    monkeypatch.setenv("CONVOPS_GN_KERNEL", "none")
+    case = (4, 8, 128, 128, 64, (3, 3), (1, 1), (0, 0), (1, 1), True, 16, (4, 4), (0.0, 1.0), (64, 1, 1), True)
+    with allow_tf32(tf32):
+        args = make_problem(case, torch.float32, "cuda")
+        tensors, params = split(args)
+        outs = []
+        ran = cuda_kernels_run(lambda: outs.append(convops.conv2d_group_norm_scale_max_pool_clamp(*args)))
+        torch.testing.assert_close(outs[0], torch_chain(*tensors, **params), atol=1e-4, rtol=1e-4)
+    assert any("pool_stats_from_conv_kernel" in name for name in ran), ran
+
+
 def strided_norm_parameters(views: str, channels: int, dtype, device) -> tuple:
     """A GroupNorm weight, bias and scale that are not dense: every other element of a longer vector and columns of
     matrices ("sliced"), or one value broadcast to every channel ("expanded")."""
@@ -134,12 +196,13 @@ def strided_norm_parameters(views: str, channels: int, dtype, device) -> tuple:
             make_tensor((1, 1, 1), dtype, device, low=-2.0, high=2.0).expand(channels, 1, 1))
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", DEVICE_PATHS)
 @pytest.mark.parametrize("dtype", [*DTYPES, torch.float64])
 @pytest.mark.parametrize("views", ["sliced", "expanded"])
-def test_strided_norm_weight_bias_and_scale(device, dtype, views):
+def test_strided_norm_weight_bias_and_scale(monkeypatch, device, dtype, views):
     """The op reads the elements the views of strided_norm_parameters show (the CPU kernel once read fp32 and fp64
     views through their storage as if dense)."""
+    device = on_device(device, monkeypatch)
     args = list(make_problem(CASES[0], dtype, device))
     gamma, beta, scale = strided_norm_parameters(views, args[1].shape[0], dtype, device)
     assert not (gamma.is_contiguous() or beta.is_contiguous() or scale.is_contiguous())
@@ -167,9 +230,10 @@ def test_gradients_with_strided_norm_weight_bias_and_scale(device, views):
         torch.testing.assert_close(a, b, msg=lambda m, name=name: f"gradient of {name}: {m}")
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_mean_far_above_spread(device):
+@pytest.mark.parametrize("device", DEVICE_PATHS)
+def test_mean_far_above_spread(monkeypatch, device):
     """Conv outputs with mean 100-500x their spread: E[x^2] - E[x]^2 in fp32 would lose the variance entirely."""
+    device = on_device(device, monkeypatch)
     with allow_tf32(False):
         # A large conv bias: the conv itself stays exact-ish, only the statistics are stressed (spread ~2, mean ~500).
         case = (2, 4, 30, 33, 16, (3, 3), (1, 1), (0, 0), (1, 1), True, 4, (4, 4), (-1.0, 1.0), (16, 1, 1), True)
@@ -183,10 +247,11 @@ def test_mean_far_above_spread(device):
         assert_close(convops.conv2d_group_norm_scale_max_pool_clamp(*args), expected(args), atol=5e-4, rtol=5e-4)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_mean_whose_square_overflows(device):
+@pytest.mark.parametrize("device", DEVICE_PATHS)
+def test_mean_whose_square_overflows(monkeypatch, device):
     """Conv outputs near 3e19, spread ~1e17: the mean squared is past fp32's range (3.4e38), the variance is not; a
     merge of statistics that squares the mean (into an empty summary, say) turns it into Inf and the output into NaN."""
+    device = on_device(device, monkeypatch)
     with allow_tf32(False):
         case = (2, 4, 30, 33, 16, (3, 3), (1, 1), (0, 0), (1, 1), True, 4, (4, 4), (None, None), (16, 1, 1), True)
         args = make_problem(case, torch.float32, device, shift=3e19)
@@ -196,10 +261,11 @@ def test_mean_whose_square_overflows(device):
         assert_close(out, expected(args), atol=5e-4, rtol=5e-4)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", DEVICE_PATHS)
 @pytest.mark.parametrize("signs", ["gamma_negative", "scale_negative", "both_negative", "mixed"])
-def test_scale_and_gamma_signs(device, signs):
+def test_scale_and_gamma_signs(monkeypatch, device, signs):
     """Channels with gamma * s < 0 pool their window minimum; check every sign pattern."""
+    device = on_device(device, monkeypatch)
     case = (2, 3, 21, 22, 12, (3, 3), (1, 1), (1, 1), (1, 1), True, 3, (3, 3), (-0.7, 0.9), (12, 1, 1), True)
     args = list(make_problem(case, torch.float32, device))
     gamma, scale = args[7].detach().abs(), args[10].detach().abs()
@@ -215,9 +281,10 @@ def test_scale_and_gamma_signs(device, signs):
         assert_close(convops.conv2d_group_norm_scale_max_pool_clamp(*args), expected(args))
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_uniform_scale_zero_gamma(device):
+@pytest.mark.parametrize("device", DEVICE_PATHS)
+def test_uniform_scale_zero_gamma(monkeypatch, device):
     """A zero GroupNorm weight makes the channel constant (beta * s); a single negative scale flips every channel."""
+    device = on_device(device, monkeypatch)
     case = (1, 3, 17, 16, 8, (3, 3), (1, 1), (0, 0), (1, 1), True, 2, (2, 2), (None, None), (1, 1, 1), True)
     args = list(make_problem(case, torch.float32, device))
     args[7] = args[7].detach().clone()
@@ -233,12 +300,13 @@ INFINITE_GAMMA_VARIANTS = ["plain", "pixelwise_pool", "pool4", "bf16", "bf16_poo
                            "infinite_beta", "no_beta", "clamped", "nan_gamma"]
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", DEVICE_PATHS)
 @pytest.mark.parametrize("variant", INFINITE_GAMMA_VARIANTS)
-def test_infinite_gamma_propagates_like_aten(device, variant):
+def test_infinite_gamma_propagates_like_aten(monkeypatch, device, variant):
     """ATen's GroupNorm is y = a x + b with a = rstd * gamma, b = beta - a * mean: with gamma = +-Inf an element is b
     (+-Inf) where x has the sign of a * b and NaN elsewhere, and max_pool2d makes a window NaN if any element is. NaN
     and +-Inf must land exactly where the float64 chain puts them; the finite channels stay as accurate as ever."""
+    device = on_device(device, monkeypatch)
     pool = {"pixelwise_pool": (1, 1), "pool4": (4, 4), "bf16_pool4": (4, 4)}.get(variant, (2, 2))
     lo_hi = (-0.5, 0.5) if variant == "clamped" else (None, None)
     case = (2, 3, 13, 14, 8, (3, 3), (1, 1), (1, 1), (1, 1), True, 4, pool, lo_hi, (8, 1, 1), True)
@@ -261,12 +329,13 @@ def test_infinite_gamma_propagates_like_aten(device, variant):
     assert torch.isfinite(ref[:, [0, 2, 3, 4, 5, 7]]).all()
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", DEVICE_PATHS)
 @pytest.mark.parametrize("bounds", [(float("nan"), 0.5), (-0.5, float("nan")), (float("nan"), None),
                                     (None, float("nan"))])
-def test_nan_clamp_bound_acts_as_torch_clamp_on_the_same_device(device, bounds):
+def test_nan_clamp_bound_acts_as_torch_clamp_on_the_same_device(monkeypatch, device, bounds):
     """torch.clamp's answer for a NaN bound differs by device and release (a lone one is ignored on CUDA, and on CPU
     by torch 2.11 but not 2.13), so the op's must be torch.clamp's of its unclamped result, wherever it runs."""
+    device = on_device(device, monkeypatch)
     case = (2, 3, 13, 14, 8, (3, 3), (1, 1), (1, 1), (1, 1), True, 4, (2, 2), bounds, (8, 1, 1), True)
     args = make_problem(case, torch.float32, device)
     with allow_tf32(False):

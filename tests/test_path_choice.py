@@ -12,11 +12,13 @@ import convops
 from convops.path_choice import SEPARABLE_MIXED_LAYOUT, SEPARABLE_POINTWISE, stage_of
 from common_utils import allow_tf32, assert_close, make_tensor, poison_allocator, reference
 from fuzz_configs import OPS, draw
+import test_conv2d_group_norm_scale_max_pool_clamp as gn_block
 from test_depthwise_conv2d import torch_depthwise
 from test_depthwise_separable_conv2d import CUDNN_TF32_TOLERANCE, separable_reference
 from test_fuzz import compare
 
 SEPARABLE = "convops::depthwise_separable_conv2d"
+GROUP_NORM_BLOCK = "convops::conv2d_group_norm_scale_max_pool_clamp"
 
 
 def test_policy_round_trip_and_restore():
@@ -228,10 +230,13 @@ def test_cuda_separable_times_its_mixed_path_where_the_fused_kernel_applies(dtyp
     assert len(choices) == 2, convops.path_choices()
     with_mixed = [c for c in choices if c.mixed_ms is not None]
     assert len(with_mixed) == 1 and with_mixed[0].mixed_ms > 0, choices
-    # path_choice.cu's choose_path: the mixed path needs a 3% lead over the fused kernel to be taken in its place,
-    # and either needs one over ATen. The times are the printed ones (6 digits): a comparison within 1e-4 of its
-    # threshold could go either way in the op's doubles, and then the decision is not checked.
-    c = with_mixed[0]
+    check_three_way_decision(with_mixed[0])
+
+
+def check_three_way_decision(c: convops.PathChoice) -> None:
+    """path_choice.cu's choose_path: the mixed path needs a 3% lead over the fused kernel to be taken in its place,
+    and either needs one over ATen. The times are the printed ones (6 digits): a comparison within 1e-4 of its
+    threshold could go either way in the op's doubles, and then the decision is not checked."""
     ratios = (c.mixed_ms / (0.97 * c.convops_ms), c.convops_ms / (0.97 * c.aten_ms), c.mixed_ms / (0.97 * c.aten_ms))
     if all(abs(r - 1) > 1e-4 for r in ratios):
         mixed_leads = ratios[0] < 1
@@ -240,7 +245,32 @@ def test_cuda_separable_times_its_mixed_path_where_the_fused_kernel_applies(dtyp
             expected_path = "mixed" if mixed_leads else "convops"
         else:
             expected_path = "mixed" if ratios[2] < 1 else "aten"
-        assert c.path == expected_path, choices
+        assert c.path == expected_path, c
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_group_norm_block_times_its_mixed_path_where_the_fused_kernels_apply(monkeypatch, dtype):
+    """The GroupNorm block's "auto" times the fused kernels, ATen's convolution + the convops epilogue ("mixed") and
+    the ATen chain; with the fused kernels left out (CONVOPS_GN_KERNEL=none) the mixed path stands in the convops
+    path's place against the ATen chain, two candidates."""
+    args = gn_block.make_problem(gn_block.CASES[9], dtype, "cuda")
+    tensors, params = gn_block.split(args)
+    convops.clear_path_choices()
+    with allow_tf32(False), convops.forced_path("auto"):
+        expected = gn_block.torch_chain(*tensors, **params)
+        first = convops.conv2d_group_norm_scale_max_pool_clamp(*args)
+        monkeypatch.setenv("CONVOPS_GN_KERNEL", "none")
+        second = convops.conv2d_group_norm_scale_max_pool_clamp(*args[:-1], 0.25)  # another problem: a new decision
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=6e-2, rtol=3e-2)
+    torch.testing.assert_close(first, expected, **tol)
+    torch.testing.assert_close(second, expected.clamp(max=0.25), **tol)
+    choices = [c for c in convops.path_choices() if c.problem.startswith(GROUP_NORM_BLOCK + " cuda:0 ")]
+    three = [c for c in choices if c.mixed_ms is not None]  # path_choices() lists decisions by their text
+    two = [c for c in choices if c.mixed_ms is None]
+    assert len(three) == len(two) == 1 and three[0].mixed_ms > 0, choices
+    check_three_way_decision(three[0])
+    assert two[0].path in ("convops", "aten") and two[0].problem.endswith("0 0.25"), choices
 
 
 @pytest.mark.cuda

@@ -8,7 +8,13 @@
 //   1. conv_pool_stats_kernel: conv tiles on tensor cores -> per-window max of sign_c * conv, and per-tile group
 //      moments over the whole conv output (rows/cols the pool drops included);
 //   2. finalize_kernel: merges the moments per (image, group) and writes affine + clamp of each window's value.
-// Signs are read on the device, so nothing waits on the host.
+// Signs are read on the device, so nothing waits on the host. Under the path choice (cuda/path_choice.cuh) the op
+// runs one of:
+//   - "convops": those two kernels where they apply (the window kernel, else the tile kernel), else the mixed path;
+//   - "mixed": ATen's convolution (eager's own), then pool_stats_from_conv_kernel or its NHWC twin
+//     (conv2d_group_norm_epilogue_kernel.cuh) in place of kernel 1: one read of the convolution output, and the same
+//     finalize_kernel;
+//   - "aten": the ATen chain (composite), also what float64 and problems past the kernels' index limits run.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -21,6 +27,7 @@
 
 #include "common/checks.h"
 #include "conv2d_group_norm_scale_max_pool_clamp.h"
+#include "cuda/conv2d_group_norm_epilogue_kernel.cuh"
 #include "cuda/conv2d_group_norm_finalize_kernel.cuh"
 #include "cuda/conv2d_group_norm_tile_kernel.cuh"
 #include "cuda/conv2d_group_norm_window_kernel.cuh"
@@ -127,10 +134,22 @@ void set_divisors(ConvPoolParams& p) {
   p.tile_w_div = FastDivmod(p.tile_w);
 }
 
+// Which fused kernels may run (read each call; for tests and for timing the kernels and paths against each other).
+// Normally the window kernel where it applies, else the tile kernel; CONVOPS_GN_KERNEL=tile leaves the window kernel
+// out, =none both, so that the convops path is the mixed one.
+enum class FusedChoice { kAny, kTile, kNone };
+
+FusedChoice fused_choice() {
+  const char* env = std::getenv("CONVOPS_GN_KERNEL");
+  if (env == nullptr) return FusedChoice::kAny;
+  if (std::strcmp(env, "tile") == 0) return FusedChoice::kTile;
+  if (std::strcmp(env, "none") == 0) return FusedChoice::kNone;
+  return FusedChoice::kAny;
+}
+
 // The window kernel (conv2d_group_norm_window_kernel.cuh) where it applies: stride 1, dilation 1, a 3x3 filter,
 // square 2x2 or 4x4 pools, and its weights, patch and moments in at most kWindowSmemBytes (one or two CTAs an SM).
 // Sets its tiling (16 x 16 tiles, whole pool windows) and returns its shared-memory bytes, or returns 0.
-// CONVOPS_GN_KERNEL=tile turns it off (read once), for timing the two kernels against each other.
 constexpr int kWindowSmemBytes = 200 * 1024;
 
 template <MmaMode kMode, int kPool>
@@ -139,11 +158,8 @@ int window_smem_bytes(int64_t in_channels) {
 }
 
 int plan_window_kernel(const ConvGnPoolGeometry& g, MmaMode mode, ConvPoolParams& p) {
-  static const bool enabled = [] {
-    const char* env = std::getenv("CONVOPS_GN_KERNEL");
-    return env == nullptr || std::strcmp(env, "tile") != 0;
-  }();
-  if (!enabled || g.stride_h != 1 || g.stride_w != 1 || g.dilation_h != 1 || g.dilation_w != 1) return 0;
+  if (fused_choice() != FusedChoice::kAny) return 0;
+  if (g.stride_h != 1 || g.stride_w != 1 || g.dilation_h != 1 || g.dilation_w != 1) return 0;
   if (g.kernel_h != 3 || g.kernel_w != 3 || g.pool_h != g.pool_w || (g.pool_h != 2 && g.pool_h != 4)) return 0;
   if (g.in_channels > 256) return 0;  // (before Layout's int arithmetic; the size check below is far tighter)
   const bool half = mode != MmaMode::kTf32x3;
@@ -211,18 +227,59 @@ void launch(ConvPoolParams& p, const ConvGnPoolGeometry& g, bool window, int sme
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// The per-channel vectors as dense 1-D tensors (tiny; no host synchronization), alive while the kernels are queued.
+struct ChannelVectors {
+  at::Tensor bias, gamma, beta, scale;
+};
+
+ChannelVectors channel_vectors(const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& gn_weight,
+                               const std::optional<at::Tensor>& gn_bias, const at::Tensor& scale) {
+  const auto flat = [](const std::optional<at::Tensor>& t) {
+    return t.has_value() && t->defined() ? t->reshape({-1}).contiguous() : at::Tensor();
+  };
+  return {flat(bias), flat(gn_weight), flat(gn_bias), flat(scale)};
+}
+
+const void* data_or_null(const at::Tensor& t) {
+  return t.defined() ? t.const_data_ptr() : nullptr;
+}
+
+// What both paths' kernels read of the problem beyond the convolution, and all that finalize_kernel reads besides
+// the extremum and partials buffers (and the tiling: channel_tiles, spatial_tiles, local_groups, ext_w).
+void set_pool_norm_params(ConvPoolParams& p, const ConvGnPoolGeometry& g, const ChannelVectors& v, double eps,
+                          std::optional<double> clamp_min, std::optional<double> clamp_max, at::Tensor& out) {
+  p.gamma = data_or_null(v.gamma);
+  p.beta = data_or_null(v.beta);
+  p.scale = v.scale.const_data_ptr();
+  for (int d = 0; d < 4; ++d) p.out_stride[d] = out.stride(d);
+  p.batch = static_cast<int>(g.batch);
+  p.out_channels = static_cast<int>(g.out_channels);
+  p.conv_h = static_cast<int>(g.conv_h);
+  p.conv_w = static_cast<int>(g.conv_w);
+  p.pool_h = static_cast<int>(g.pool_h);
+  p.pool_w = static_cast<int>(g.pool_w);
+  p.pooled_h = static_cast<int>(g.pooled_h);
+  p.pooled_w = static_cast<int>(g.pooled_w);
+  p.pooled_w_div = cuda::FastDivmod(std::max(p.pooled_w, 1));
+  p.channels_per_group = static_cast<int>(g.channels_per_group);
+  p.num_groups = static_cast<int>(g.num_groups);
+  p.scale_per_channel = g.scale_per_channel;
+  p.output = out.data_ptr();
+  p.eps = static_cast<float>(eps);
+  p.has_lo = clamp_min.has_value();
+  p.has_hi = clamp_max.has_value();
+  p.lo = p.has_lo ? static_cast<float>(*clamp_min) : 0.f;
+  p.hi = p.has_hi ? static_cast<float>(*clamp_max) : 0.f;
+}
+
 // The two fused kernels (conv tile -> pooled extrema + group partials; merge -> affine -> clamp) into `out`.
 void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias, double eps,
                const at::Tensor& scale, std::optional<double> clamp_min, std::optional<double> clamp_max,
                const ConvGnPoolGeometry& g, ConvPoolParams p, bool window, int smem_bytes, MmaMode mode,
                at::Tensor& out) {
-  // Per-channel vectors as dense 1-D tensors (tiny; no host synchronization).
-  const auto flat = [](const at::Tensor& t) { return t.reshape({-1}).contiguous(); };
-  const at::Tensor bias_c = bias.has_value() && bias->defined() ? flat(*bias) : at::Tensor();
-  const at::Tensor gamma_c = gn_weight.has_value() && gn_weight->defined() ? flat(*gn_weight) : at::Tensor();
-  const at::Tensor beta_c = gn_bias.has_value() && gn_bias->defined() ? flat(*gn_bias) : at::Tensor();
-  const at::Tensor scale_c = flat(scale);
+  const ChannelVectors v = channel_vectors(bias, gn_weight, gn_bias, scale);
+  set_pool_norm_params(p, g, v, eps, clamp_min, clamp_max, out);
   // The window kernel stores a lane's windows of a row as one 8- or 16-byte vector: rows of a multiple of 4 codes.
   p.ext_w = static_cast<int>(window ? (g.pooled_w + 3) / 4 * 4 : g.pooled_w);
   at::Tensor extremum = at::empty({g.batch, g.out_channels, g.pooled_h, p.ext_w}, input.options().dtype(at::kInt));
@@ -235,20 +292,14 @@ void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::opt
 
   p.input = input.const_data_ptr();
   p.weight = weight.const_data_ptr();
-  p.bias = bias_c.defined() ? bias_c.const_data_ptr() : nullptr;
-  p.gamma = gamma_c.defined() ? gamma_c.const_data_ptr() : nullptr;
-  p.beta = beta_c.defined() ? beta_c.const_data_ptr() : nullptr;
-  p.scale = scale_c.const_data_ptr();
+  p.bias = data_or_null(v.bias);
   for (int d = 0; d < 4; ++d) {
     p.in_stride[d] = input.stride(d);
     p.w_stride[d] = weight.stride(d);
-    p.out_stride[d] = out.stride(d);
   }
-  p.batch = static_cast<int>(g.batch);
   p.in_channels = static_cast<int>(g.in_channels);
   p.in_h = static_cast<int>(g.in_h);
   p.in_w = static_cast<int>(g.in_w);
-  p.out_channels = static_cast<int>(g.out_channels);
   p.kernel_h = static_cast<int>(g.kernel_h);
   p.kernel_w = static_cast<int>(g.kernel_w);
   p.stride_h = static_cast<int>(g.stride_h);
@@ -257,29 +308,10 @@ void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::opt
   p.pad_w = static_cast<int>(g.pad_w);
   p.dilation_h = static_cast<int>(g.dilation_h);
   p.dilation_w = static_cast<int>(g.dilation_w);
-  p.conv_h = static_cast<int>(g.conv_h);
-  p.conv_w = static_cast<int>(g.conv_w);
-  p.pool_h = static_cast<int>(g.pool_h);
-  p.pool_w = static_cast<int>(g.pool_w);
-  p.pooled_h = static_cast<int>(g.pooled_h);
-  p.pooled_w = static_cast<int>(g.pooled_w);
-  p.channels_per_group = static_cast<int>(g.channels_per_group);
-  p.num_groups = static_cast<int>(g.num_groups);
-  p.scale_per_channel = g.scale_per_channel;
   p.channels_fastest = input.stride(1) == 1 && p.chunk_channels > 1;
-  if (window) {
-    p.pooled_w_div = cuda::FastDivmod(std::max(p.pooled_w, 1));
-  } else {
-    set_divisors(p);
-  }
+  if (!window) set_divisors(p);
   p.extremum = reinterpret_cast<uint32_t*>(extremum.data_ptr<int32_t>());
   p.partials = reinterpret_cast<float4*>(partials.data_ptr<float>());
-  p.output = out.data_ptr();
-  p.eps = static_cast<float>(eps);
-  p.has_lo = clamp_min.has_value();
-  p.has_hi = clamp_max.has_value();
-  p.lo = p.has_lo ? static_cast<float>(*clamp_min) : 0.f;
-  p.hi = p.has_hi ? static_cast<float>(*clamp_max) : 0.f;
 
   if (mode == MmaMode::kTf32x3) {
     launch<float, MmaMode::kTf32x3>(p, g, window, smem_bytes, stream);
@@ -288,6 +320,82 @@ void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::opt
   } else {
     launch<c10::Half, MmaMode::kFp16>(p, g, window, smem_bytes, stream);
   }
+}
+
+// The mixed path's split of the convolution output: kTileN-channel tiles, and bands of whole pool-window rows, as
+// many as give about four CTAs an SM (its kernels are bound by memory), but none so thin that a CTA's threads run out
+// of windows: in NCHW they spread over a group's (channel, window) pairs, so a band holds at least a CTA's threads'
+// worth of them; in NHWC a tile's channels do.
+struct MixedTiling {
+  int64_t channel_tiles, bands, band_windows;
+};
+
+MixedTiling mixed_tiling(const ConvGnPoolGeometry& g, bool nhwc) {
+  const int64_t channel_tiles = cuda::ceil_div<int64_t>(g.out_channels, kTileN);
+  if (g.pooled_h == 0 || g.pooled_w == 0) return {channel_tiles, 1, g.pooled_h};  // (not reached: pool <= conv)
+  const int64_t wanted = cuda::ceil_div<int64_t>(cuda::gn_pool::epilogue::kCtasPerSm * cuda::multiprocessor_count(),
+                                                 g.batch * channel_tiles);
+  const int64_t for_grid = cuda::ceil_div<int64_t>(g.pooled_h, std::clamp<int64_t>(wanted, 1, g.pooled_h));
+  // NCHW: a group's channels of a tile share the threads; NHWC: a tile's channels, the rest being rows of threads.
+  const int64_t sharing = std::min<int64_t>(nhwc ? g.out_channels : g.channels_per_group, kTileN);
+  const int64_t windows_a_channel = cuda::ceil_div<int64_t>(kThreads, sharing);
+  const int64_t for_threads = cuda::ceil_div<int64_t>(windows_a_channel, g.pooled_w);
+  const int64_t band_windows = std::min(std::max(for_grid, for_threads), g.pooled_h);
+  return {channel_tiles, cuda::ceil_div<int64_t>(g.pooled_h, band_windows), band_windows};
+}
+
+// The mixed path's kernels index in int where these bound a value (64 bits where offsets reach tensors); larger
+// problems take the ATen chain.
+bool mixed_fits(const ConvGnPoolGeometry& g) {
+  constexpr int64_t kLimit = int64_t{1} << 30;
+  // A group's (channel, cell) pairs of a band, at most kTileN channels: its windows, the cells right of them, and
+  // (the last band) the rows below every window.
+  const int64_t per_channel = kTileN * std::max({g.pooled_h * g.pooled_w, g.conv_h * std::min(g.pool_w, g.conv_w),
+                                                 std::min(g.pool_h, g.conv_h) * g.conv_w});
+  const int64_t most_bands = std::max<int64_t>(g.pooled_h, 1);
+  // In this order: each product's factors are bounded by the checks before it (no int64 overflow).
+  return g.batch < kLimit && g.out_channels < kLimit && g.conv_h < kLimit && g.conv_w < kLimit &&
+         g.pool_h * g.pool_w < kLimit && g.pooled_h * g.pooled_w < kLimit / kTileN && per_channel < kLimit &&
+         g.batch * g.num_groups < kLimit &&
+         most_bands < kLimit / (g.batch * cuda::ceil_div<int64_t>(g.out_channels, kTileN));  // the grid
+}
+
+// The mixed path into `out`: ATen's convolution (as the ATen chain and eager run it), then
+// pool_stats_from_conv_kernel (NCHW) or pool_stats_from_nhwc_conv_kernel (channels-last, as ATen's convolution
+// returns it for a channels-last input), and finalize_kernel.
+template <typename T>
+void run_mixed(const at::Tensor& conv_output, const std::optional<at::Tensor>& gn_weight,
+               const std::optional<at::Tensor>& gn_bias, double eps, const at::Tensor& scale,
+               std::optional<double> clamp_min, std::optional<double> clamp_max, const ConvGnPoolGeometry& g,
+               at::Tensor& out) {
+  const bool nhwc = !conv_output.is_contiguous() && conv_output.is_contiguous(at::MemoryFormat::ChannelsLast);
+  const at::Tensor conv = nhwc ? conv_output : conv_output.contiguous();
+  const MixedTiling t = mixed_tiling(g, nhwc);
+  const ChannelVectors v = channel_vectors(std::nullopt, gn_weight, gn_bias, scale);
+  ConvPoolParams p{};
+  set_pool_norm_params(p, g, v, eps, clamp_min, clamp_max, out);
+  p.channel_tiles = static_cast<int>(t.channel_tiles);
+  p.spatial_tiles = static_cast<int>(t.bands);
+  p.local_groups = static_cast<int>(std::min<int64_t>(g.num_groups, (kTileN - 1) / g.channels_per_group + 2));
+  p.ext_w = static_cast<int>(g.pooled_w);
+  at::Tensor extremum = at::empty({g.batch, g.out_channels, g.pooled_h, p.ext_w}, conv.options().dtype(at::kInt));
+  at::Tensor partials =
+      at::empty({g.batch * t.channel_tiles * t.bands * p.local_groups * 4}, conv.options().dtype(at::kFloat));
+  p.extremum = reinterpret_cast<uint32_t*>(extremum.data_ptr<int32_t>());
+  p.partials = reinterpret_cast<float4*>(partials.data_ptr<float>());
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  const auto grid = static_cast<unsigned>(g.batch * t.channel_tiles * t.bands);
+  const auto* data = static_cast<const T*>(conv.const_data_ptr());
+  if (nhwc) {
+    cuda::gn_pool::epilogue::pool_stats_from_nhwc_conv_kernel<T><<<grid, kThreads, 0, stream>>>(
+        p, data, static_cast<int>(t.band_windows));
+  } else {
+    cuda::gn_pool::epilogue::pool_stats_from_conv_kernel<T><<<grid, kThreads, 0, stream>>>(
+        p, data, static_cast<int>(t.band_windows));
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  cuda::gn_pool::finalize_kernel<T><<<static_cast<unsigned>(g.batch * g.num_groups), kThreads, 0, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
@@ -306,27 +414,45 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
                        : dtype == at::kBFloat16 ? MmaMode::kBf16
                                                 : MmaMode::kTf32x3;
   const int k_step = mode == MmaMode::kTf32x3 ? 8 : 16;
+  const bool any_fused = dtype != at::kDouble && fused_choice() != FusedChoice::kNone;
   ConvPoolParams p{};
-  const int window_bytes = dtype == at::kDouble ? 0 : plan_window_kernel(g, mode, p);
+  const int window_bytes = any_fused ? plan_window_kernel(g, mode, p) : 0;
   const bool window = window_bytes > 0;
   if (!window) choose_tile(g, p);
-  const int smem_bytes = window ? window_bytes : dtype == at::kDouble ? 0 : choose_chunk(g, k_step, p);
+  const int smem_bytes = window ? window_bytes : any_fused ? choose_chunk(g, k_step, p) : 0;
+  const bool fused_applies = smem_bytes != 0 && fits_int32(g, p);
+  const bool mixed_applies = dtype != at::kDouble && mixed_fits(g);
+
   const auto aten = [&] {
     return composite(input, weight, bias, stride, padding, dilation, num_groups, gn_weight, gn_bias, eps, scale,
                      pool_kernel, clamp_min, clamp_max, g);
   };
-  if (smem_bytes == 0 || !fits_int32(g, p)) return aten();
   const auto fused = [&] {
     at::Tensor out = empty_output(input, {g.batch, g.out_channels, g.pooled_h, g.pooled_w});
     run_fused(input, weight, bias, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, p, window, smem_bytes, mode,
               out);
     return out;
   };
-  // The fused kernels, or the ATen chain where that is faster (cuda/path_choice.cuh).
-  return cuda::run_chosen_path(
+  const auto mixed = [&] {
+    at::Tensor out = empty_output(input, {g.batch, g.out_channels, g.pooled_h, g.pooled_w});
+    const at::Tensor conv = at::convolution(input, weight, bias, stride, padding, dilation, false, {0, 0}, 1);
+    if (dtype == at::kBFloat16) {
+      run_mixed<c10::BFloat16>(conv, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, out);
+    } else if (dtype == at::kHalf) {
+      run_mixed<c10::Half>(conv, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, out);
+    } else {
+      run_mixed<float>(conv, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, out);
+    }
+    return out;
+  };
+  const auto problem =
       cuda::problem_key("convops::conv2d_group_norm_scale_max_pool_clamp", input, weight, bias, stride, padding,
-                        dilation, num_groups, gn_weight, gn_bias, eps, scale, pool_kernel, clamp_min, clamp_max),
-      fused, aten);
+                        dilation, num_groups, gn_weight, gn_bias, eps, scale, pool_kernel, clamp_min, clamp_max);
+  // The fused kernels where they apply, with the mixed path as "auto"'s third candidate; else the mixed path in the
+  // convops path's place; the ATen chain where neither applies.
+  if (!fused_applies) return mixed_applies ? cuda::run_chosen_path(problem, mixed, aten) : aten();
+  const cuda::PathFn mixed_fn = mixed;
+  return cuda::run_chosen_path(problem, fused, aten, mixed_applies ? &mixed_fn : nullptr);
 }
 
 }  // namespace

@@ -1,0 +1,230 @@
+// The mixed path of convops::conv2d_group_norm_scale_max_pool_clamp: ATen's convolution (eager's own, so its values
+// are eager's in every precision mode), then this kernel in place of the fused kernels' first one. One read of the
+// convolution output gives each pool window's extremum, encoded as the fused kernels encode it, and each group's
+// moments per band of rows: the inputs of finalize_kernel, which writes the output. Where the fused kernels do not pay
+// (more input channels than their tiles serve well; cuDNN's TF32 convolution where TF32 is allowed), this replaces
+// the ATen composition's GroupNorm, scale, pooling and clamp passes over the convolution output by one pass and a
+// small second kernel.
+//
+// Work split: a CTA per (image, channel tile of kTileN channels, band of pool-window rows); the last band also takes
+// the rows no window holds, which count in the statistics. Each CTA writes every group's (count, mean, M2) for its
+// (image, channel tile, band) slot, the layout finalize_kernel reads. Two kernels, one a layout of the convolution
+// output, so that neither copies it:
+//   - NCHW (pool_stats_from_conv_kernel): the tile's groups one after the other, the threads spread over the group's
+//     (channel, window) pairs, adjacent threads on adjacent windows of a channel (the loads of a window row
+//     coalesce), each keeping one summary, merged by the CTA at the end of the group;
+//   - NHWC (pool_stats_from_nhwc_conv_kernel, ATen's output for a channels-last input): a thread a channel, adjacent
+//     threads on adjacent channels of a pixel, in rows of threads over the band's windows; a warp a group merges.
+#pragma once
+
+#include "cuda/conv2d_group_norm_common.cuh"
+
+namespace convops {
+namespace cuda {
+namespace gn_pool {
+namespace epilogue {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kCtasPerSm = 4;  // what the host's band split aims at (mixed_tiling)
+
+// A warp's merge of its lanes' summaries, in a fixed order (deterministic): lane 0 returns the total.
+__device__ __forceinline__ Moments merge_warp(Moments m) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float count = __shfl_down_sync(kFullMask, m.count, offset);
+    const float mean = __shfl_down_sync(kFullMask, m.mean, offset);
+    const float m2 = __shfl_down_sync(kFullMask, m.m2, offset);
+    m.merge(count, mean, m2);
+  }
+  return m;
+}
+
+// The CTA's merge of its threads' summaries, in a fixed order. `scratch` holds a summary a warp.
+__device__ __forceinline__ Moments merge_block(Moments m, float (*scratch)[3]) {
+  m = merge_warp(m);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    scratch[warp][0] = m.count;
+    scratch[warp][1] = m.mean;
+    scratch[warp][2] = m.m2;
+  }
+  __syncthreads();
+  Moments total{0.f, 0.f, 0.f};
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < kThreads / 32; ++w) total.merge(scratch[w][0], scratch[w][1], scratch[w][2]);
+  }
+  __syncthreads();  // scratch is reused by the next group
+  return total;
+}
+
+// What a CTA covers: image n, channel tile ct (channels [c_first, c_end)), and band `band` of pool-window rows
+// ([first_window_row, + window_rows)); the cells right of its windows and, in the last band, the rows below every
+// window count in the statistics only.
+struct Band {
+  int n, ct, band, c_first, c_end;
+  int first_window_row, window_rows, windows, first_row;
+  int pooled_cols, tail_cols, tail_cells, pooled_rows, bottom_cells;
+
+  __device__ __forceinline__ Band(const ConvPoolParams& p, int band_windows) {
+    band = static_cast<int>(blockIdx.x % p.spatial_tiles);
+    const int64_t image_tile = blockIdx.x / p.spatial_tiles;
+    ct = static_cast<int>(image_tile % p.channel_tiles);
+    n = static_cast<int>(image_tile / p.channel_tiles);
+    c_first = ct * kTileN;
+    c_end = min(c_first + kTileN, p.out_channels);
+    first_window_row = band * band_windows;
+    window_rows = min(band_windows, p.pooled_h - first_window_row);
+    windows = window_rows * p.pooled_w;
+    first_row = first_window_row * p.pool_h;
+    pooled_cols = p.pooled_w * p.pool_w;
+    tail_cols = p.conv_w - pooled_cols;
+    tail_cells = window_rows * p.pool_h * tail_cols;
+    pooled_rows = p.pooled_h * p.pool_h;
+    bottom_cells = band == p.spatial_tiles - 1 ? (p.conv_h - pooled_rows) * p.conv_w : 0;
+  }
+
+  // The offset (in rows of `row` elements and columns of `col`) of the cell right of the band's windows numbered
+  // `cell` (< tail_cells).
+  __device__ __forceinline__ int64_t tail_cell(int cell, int64_t row, int64_t col) const {
+    return (first_row + cell / tail_cols) * row + (pooled_cols + cell % tail_cols) * col;
+  }
+};
+
+// One pool window of one channel: its moments about its first value (stable: every value of the window is near it
+// relative to the window's own spread) merged into `mom`, and its extremum as the fused kernels encode it (the max
+// code of sign * x, or for sign 0 the window's sign classes). `win` points at its first element; `row` and `col` are
+// the element strides between its rows and columns.
+template <typename T>
+__device__ __forceinline__ uint32_t window_summary(const ConvPoolParams& p, const T* win, int64_t row, int64_t col,
+                                                   float sign, Moments& mom) {
+  const float fold = sign_fold(sign), count = static_cast<float>(p.pool_h * p.pool_w);
+  const float first = static_cast<float>(win[0]);
+  float sum = 0.f, squares = 0.f;
+  uint32_t code = 0u;
+  for (int r = 0; r < p.pool_h; ++r) {
+    for (int c = 0; c < p.pool_w; ++c) {
+      const float x = static_cast<float>(win[r * row + c * col]);
+      const float d = x - first;
+      sum += d;
+      squares = fmaf(d, d, squares);
+      code = sign != 0.f ? max(code, encode_ordered(fold * x)) : code | sign_classes(x);
+    }
+  }
+  // A rounding-negative M2 becomes 0; a NaN one stays NaN (as finalize_kernel's variance does).
+  const float m2 = squares - sum * sum / count;
+  mom.merge(count, first + sum / count, m2 < 0.f ? 0.f : m2);
+  return code;
+}
+
+__device__ __forceinline__ float4* partial_slot(const ConvPoolParams& p, const Band& b, int local_group) {
+  return p.partials + ((static_cast<int64_t>(b.n) * p.channel_tiles + b.ct) * p.spatial_tiles + b.band) *
+                          p.local_groups + local_group;
+}
+
+__device__ __forceinline__ uint32_t* extremum_at(const ConvPoolParams& p, int n, int c, int wr, int wc) {
+  return p.extremum + ((static_cast<int64_t>(n) * p.out_channels + c) * p.pooled_h + wr) * p.ext_w + wc;
+}
+
+// conv: the convolution output, dense NCHW. p: the finalize kernel's parameters (extremum with ext_w = pooled_w,
+// partials, spatial_tiles = the number of bands) plus conv_h / conv_w. band_windows: pool-window rows a band.
+// 5 CTAs an SM fit its registers (48) without spills; 4 leave it 64.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 5)
+    pool_stats_from_conv_kernel(const ConvPoolParams p, const T* __restrict__ conv, int band_windows) {
+  __shared__ float scratch[kThreads / 32][3];
+  __shared__ float tile_sign[kTileN];
+  const int tid = threadIdx.x;
+  const Band b(p, band_windows);
+  const int64_t plane = static_cast<int64_t>(p.conv_h) * p.conv_w;
+  if (tid < b.c_end - b.c_first) tile_sign[tid] = affine_sign<T>(p, b.c_first + tid);
+  __syncthreads();
+  const int cpg = p.channels_per_group;
+  // A group's channels of this tile at a time, the threads spread over (channel, window) with the windows of a
+  // channel adjacent (coalesced window rows), so that a band of few windows still keeps every thread busy.
+  for (int g_first = b.c_first; g_first < b.c_end;) {
+    const int g_end = min((g_first / cpg + 1) * cpg, b.c_end);
+    const int slice = g_end - g_first;
+    const T* group_planes = conv + (static_cast<int64_t>(b.n) * p.out_channels + g_first) * plane;
+    Moments mom{0.f, 0.f, 0.f};
+    for (int i = tid; i < slice * b.windows; i += kThreads) {
+      int q;
+      const int wc = p.pooled_w_div.divmod(i, q);
+      const int channel = q / b.window_rows, wr = b.first_window_row + q % b.window_rows;
+      const T* win = group_planes + channel * plane + static_cast<int64_t>(wr) * p.pool_h * p.conv_w +
+                     static_cast<int64_t>(wc) * p.pool_w;
+      *extremum_at(p, b.n, g_first + channel, wr, wc) =
+          window_summary(p, win, p.conv_w, 1, tile_sign[g_first - b.c_first + channel], mom);
+    }
+    for (int i = tid; i < slice * b.tail_cells; i += kThreads) {
+      const T* y = group_planes + (i / b.tail_cells) * plane;
+      mom.merge(1.f, static_cast<float>(y[b.tail_cell(i % b.tail_cells, p.conv_w, 1)]), 0.f);
+    }
+    for (int i = tid; i < slice * b.bottom_cells; i += kThreads) {
+      const T* y = group_planes + (i / b.bottom_cells) * plane;
+      mom.merge(1.f, static_cast<float>(y[static_cast<int64_t>(b.pooled_rows) * p.conv_w + i % b.bottom_cells]), 0.f);
+    }
+    const Moments total = merge_block(mom, scratch);
+    if (tid == 0) {
+      *partial_slot(p, b, g_first / cpg - b.c_first / cpg) = make_float4(total.count, total.mean, total.m2, 0.f);
+    }
+    g_first = g_end;
+  }
+}
+
+// The same from a dense NHWC (channels-last) convolution output, without a copy to NCHW: a thread a channel of the
+// tile (adjacent threads, adjacent channels of a pixel: coalesced), in as many rows of threads as the tile's
+// channels leave (4 for a whole tile), each row taking every rows-th window of the band; then a warp a group merges
+// its channels' summaries (a fixed order).
+template <typename T>
+__global__ void __launch_bounds__(kThreads, kCtasPerSm)
+    pool_stats_from_nhwc_conv_kernel(const ConvPoolParams p, const T* __restrict__ conv, int band_windows) {
+  __shared__ float summaries[kThreads][3];  // a thread's at its index (a pitch of 3 floats: no bank conflicts)
+  const int tid = threadIdx.x;
+  const Band b(p, band_windows);
+  const int tile_channels = b.c_end - b.c_first, rows = kThreads / tile_channels;
+  const int lane_channel = tid % tile_channels, row = tid / tile_channels;  // row == rows: idle
+  const int c = b.c_first + lane_channel;
+  const int64_t pixel_stride = p.out_channels, row_stride = static_cast<int64_t>(p.conv_w) * p.out_channels;
+  Moments mom{0.f, 0.f, 0.f};
+  if (row < rows) {
+    const T* image = conv + static_cast<int64_t>(b.n) * p.conv_h * row_stride + c;
+    const float sign = affine_sign<T>(p, c);
+    for (int i = row; i < b.windows; i += rows) {
+      int q;
+      const int wc = p.pooled_w_div.divmod(i, q);
+      const int wr = b.first_window_row + q;
+      const T* win = image + static_cast<int64_t>(wr) * p.pool_h * row_stride +
+                     static_cast<int64_t>(wc) * p.pool_w * pixel_stride;
+      *extremum_at(p, b.n, c, wr, wc) = window_summary(p, win, row_stride, pixel_stride, sign, mom);
+    }
+    for (int i = row; i < b.tail_cells; i += rows) {
+      mom.merge(1.f, static_cast<float>(image[b.tail_cell(i, row_stride, pixel_stride)]), 0.f);
+    }
+    for (int i = row; i < b.bottom_cells; i += rows) {
+      mom.merge(1.f, static_cast<float>(image[b.pooled_rows * row_stride + i * pixel_stride]), 0.f);
+    }
+  }
+  summaries[tid][0] = mom.count;
+  summaries[tid][1] = mom.mean;
+  summaries[tid][2] = mom.m2;
+  __syncthreads();
+  // A warp a group of the tile: its lanes merge the group's (channel, row) summaries in turn, adjacent lanes on
+  // adjacent channels, then the warp merges the lanes'.
+  const int cpg = p.channels_per_group, warp = tid / 32, lane = tid % 32;
+  const int first_group = b.c_first / cpg, groups = (b.c_end - 1) / cpg - first_group + 1;
+  for (int local = warp; local < groups; local += kThreads / 32) {
+    const int grp = first_group + local;
+    const int lo = max(grp * cpg, b.c_first) - b.c_first, width = min((grp + 1) * cpg, b.c_end) - b.c_first - lo;
+    Moments part{0.f, 0.f, 0.f};
+    for (int e = lane; e < width * rows; e += 32) {
+      const float* s = summaries[(e / width) * tile_channels + lo + e % width];
+      part.merge(s[0], s[1], s[2]);
+    }
+    const Moments total = merge_warp(part);
+    if (lane == 0) *partial_slot(p, b, local) = make_float4(total.count, total.mean, total.m2, 0.f);
+  }
+}
+
+}  // namespace epilogue
+}  // namespace gn_pool
+}  // namespace cuda
+}  // namespace convops
