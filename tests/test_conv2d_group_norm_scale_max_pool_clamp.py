@@ -159,13 +159,20 @@ MIXED_CASES = [
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", MIXED_CASES, ids=["bands", "cpg65", "one_window", "wide_pool", "pool2", "pool4"])
-def test_cuda_mixed_path_shapes(monkeypatch, case, dtype, layout):
+@pytest.mark.parametrize("conv_layout", ["input", "channels_last"])
+def test_cuda_mixed_path_shapes(monkeypatch, case, dtype, layout, conv_layout):
     """The mixed path against the float64 chain, its output poisoned first; its own kernels ran, the fused ones not:
-    the NHWC one on a channels-last input (ATen's convolution then returns channels-last), the NCHW one elsewhere."""
+    the NHWC one where the convolution ran channels-last (a channels-last input, or any other copied to channels-last
+    under CONVOPS_GN_MIXED_LAYOUT=channels_last: a dense one by convops' transpose, a strided view by ATen's copy),
+    the NCHW one elsewhere."""
     on_device("cuda-mixed", monkeypatch)
+    monkeypatch.setenv("CONVOPS_GN_MIXED_LAYOUT", conv_layout)
     ran = cuda_kernels_run(lambda: check_against_reference(case, dtype, "cuda", layout))
-    stats_kernel = "pool_stats_from_nhwc_conv_kernel" if layout == "channels_last" else "pool_stats_from_conv_kernel"
+    nhwc = layout == "channels_last" or conv_layout == "channels_last"
+    stats_kernel = "pool_stats_from_nhwc_conv_kernel" if nhwc else "pool_stats_from_conv_kernel"
     assert any(stats_kernel in name for name in ran), ran
+    transposed = conv_layout == "channels_last" and layout == "contiguous"
+    assert any("batched_transpose" in name for name in ran) == transposed, ran
     assert any("finalize_kernel" in name for name in ran), ran
     assert not any("conv_pool_" in name for name in ran), ran  # conv_pool_stats_kernel, conv_pool_window_kernel
 

@@ -846,6 +846,35 @@ def test_cuda_aten_path_in_either_layout(monkeypatch, name, dtype, layout, aten_
         check_against_aten(NAMED[name], dtype, "cuda", layout, tf32=False, **overrides)
 
 
+# The channels-last round trip's copies (layout_transpose.cu): channel counts and positions in whole 16-byte chunks
+# (multiples of 8) but not of a tile (64 fp32, 128 16-bit elements), ragged tiles both ways and images past one, take
+# the chunked transpose both ways, the copy back adding the bias; 3 channels of 63 positions leave chunks for the
+# element kernel on the way there, and the output's 4 channels of 14 x 18 positions make whole chunks on the way back
+# for fp32 (4 elements) and not for 16-bit (8).
+ROUND_TRIP_CASES = {
+    "chunks_ragged_tiles": (Case(2, 72, 40, (9, 24), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)), True, True),
+    "chunks_two_channel_tiles": (Case(3, 136, 16, (17, 16), (3, 3), (1, 1), (1, 1), (0, 0), (1, 1)), True, True),
+    "elements_in_chunks_out": (Case(2, 3, 4, (7, 9), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)), False, None),
+}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", sorted(ROUND_TRIP_CASES))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_round_trip_copies_in_chunks_where_they_fit(monkeypatch, name, dtype):
+    """The ATen path through channels-last on shapes made for the copies' two kernels: the output (poisoned before)
+    agrees with the float64 reference, and the chunked kernel ran exactly where the shapes give whole chunks."""
+    case, chunks_in, chunks_out = ROUND_TRIP_CASES[name]
+    if chunks_out is None:
+        chunks_out = dtype == torch.float32
+    monkeypatch.setenv("CONVOPS_CONV_TRANSPOSE_LAYOUT", "channels_last")
+    with convops.forced_path("aten"):
+        ran = cuda_kernels_run(lambda: check_against_aten(case, dtype, "cuda", "contiguous", tf32=False))
+    chunked = any("batched_transpose_chunks_kernel" in k for k in ran)
+    elementwise = any("batched_transpose_kernel" in k for k in ran)
+    assert (chunked, elementwise) == (chunks_in or chunks_out, not (chunks_in and chunks_out)), ran
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dims", [2, 3])
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])

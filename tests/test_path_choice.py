@@ -139,9 +139,12 @@ def test_cuda_scalars_are_part_of_the_problem_as_the_report_prints_them():
         for eps, clamp_min in [(1e-5, None), (1e-5 * (1 + 1e-9), None), (2e-5, None), (1e-5, -0.5)]:
             convops.conv2d_group_norm_scale_max_pool_clamp(x, w, None, [1, 1], [1, 1], [1, 1], 4, None, None, eps,
                                                            scale, [2, 2], clamp_min, 0.5)
-    problems = sorted(choice.problem for choice in convops.path_choices())
-    assert len(problems) == 3, problems
     op = "convops::conv2d_group_norm_scale_max_pool_clamp cuda:0"
+    choices = sorted(choice.problem for choice in convops.path_choices())
+    problems = [p for p in choices if p.startswith(op + " ")]
+    # Each problem's mixed path (auto's third candidate) decided its convolution's layout under the same key.
+    layouts = [p for p in choices if p.startswith(op.replace(" ", ".mixed_layout ", 1))]
+    assert len(problems) == len(layouts) == 3 and len(choices) == 6, choices
     assert all(p.startswith(op + (" tf32 " if torch.backends.cudnn.allow_tf32 else " ")) for p in problems), problems
     assert any(p.endswith(" 1e-05 Float[8, 1, 1][1, 1, 1] [2, 2] - 0.5") for p in problems), problems
     assert any(p.endswith(" 1e-05 Float[8, 1, 1][1, 1, 1] [2, 2] -0.5 0.5") for p in problems), problems
@@ -253,7 +256,8 @@ def check_three_way_decision(c: convops.PathChoice) -> None:
 def test_cuda_group_norm_block_times_its_mixed_path_where_the_fused_kernels_apply(monkeypatch, dtype):
     """The GroupNorm block's "auto" times the fused kernels, ATen's convolution + the convops epilogue ("mixed") and
     the ATen chain; with the fused kernels left out (CONVOPS_GN_KERNEL=none) the mixed path stands in the convops
-    path's place against the ATen chain, two candidates."""
+    path's place against the ATen chain, two candidates. The mixed path's convolution layout is a decision of its
+    own ("<op>.mixed_layout")."""
     args = gn_block.make_problem(gn_block.CASES[9], dtype, "cuda")
     tensors, params = gn_block.split(args)
     convops.clear_path_choices()
@@ -271,6 +275,9 @@ def test_cuda_group_norm_block_times_its_mixed_path_where_the_fused_kernels_appl
     assert len(three) == len(two) == 1 and three[0].mixed_ms > 0, choices
     check_three_way_decision(three[0])
     assert two[0].path in ("convops", "aten") and two[0].problem.endswith("0 0.25"), choices
+    # Each problem's mixed path decided its convolution's layout once (a dense NCHW input): "convops" the round trip.
+    layouts = [c for c in convops.path_choices() if c.problem.startswith(GROUP_NORM_BLOCK + ".mixed_layout cuda:0 ")]
+    assert len(layouts) == 2 and all(c.path in ("convops", "aten") and c.mixed_ms is None for c in layouts), layouts
 
 
 @pytest.mark.cuda

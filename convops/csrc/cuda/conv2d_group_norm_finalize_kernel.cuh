@@ -1,6 +1,7 @@
-// Kernel 2 of convops::conv2d_group_norm_scale_max_pool_clamp: one CTA per (image, group) merges the group's
-// per-tile moments (Chan), then turns each pooled window into the output clamp((a v + b) * s, lo, hi), GroupNorm's
-// affine in ATen's form (a = rstd * gamma, b = -a * mean + beta), v = sign_c * decoded max of sign_c * conv.
+// Kernel 2 of convops::conv2d_group_norm_scale_max_pool_clamp: a row of CTAs per (image, group), each CTA merging the
+// group's per-tile moments (Chan), then turning its share of each channel's pooled windows (the plane split over
+// gridDim.y) into the output clamp((a v + b) * s, lo, hi), GroupNorm's affine in ATen's form (a = rstd * gamma,
+// b = -a * mean + beta), v = sign_c * decoded max of sign_c * conv.
 #pragma once
 
 #include "cuda/conv2d_group_norm_common.cuh"
@@ -66,7 +67,8 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams
     const uint32_t spoilers = a * b > 0.f ? kNotPositive : kNotNegative;
     const uint32_t* ext = p.extremum + (static_cast<int64_t>(n) * p.out_channels + c) * p.pooled_h * p.ext_w;
     T* out_c = out + n * p.out_stride[0] + c * p.out_stride[1];
-    for (int i = tid; i < plane; i += kThreads) {
+    const int first = tid + static_cast<int>(blockIdx.y) * kThreads, step = kThreads * static_cast<int>(gridDim.y);
+    for (int i = first; i < plane; i += step) {
       int row;
       const int col = p.pooled_w_div.divmod(i, row);
       const uint32_t code = ext[row * p.ext_w + col];

@@ -32,6 +32,7 @@
 #include "cuda/conv2d_group_norm_tile_kernel.cuh"
 #include "cuda/conv2d_group_norm_window_kernel.cuh"
 #include "cuda/device_info.h"
+#include "cuda/layout_transpose.cuh"
 #include "cuda/path_choice.cuh"
 
 namespace convops {
@@ -209,6 +210,20 @@ dim3 persistent_grid(Kernel kernel, int threads, const ConvPoolParams& p, int64_
   return dim3(static_cast<unsigned>(std::min(items, resident)), p.channel_tiles);
 }
 
+// The finalize kernel: a CTA row per (image, group), split along the pooled plane into as many CTAs as give about
+// four an SM where images x groups are few (each merges the group's moments itself: a few hundred bytes). One CTA a
+// group took 12 us on 8 images of 8 groups of 8 x 32 x 32 windows, 64 CTAs on 132 SMs, each walking its channels in
+// turn (H200, 2026-11-28 16:3x UTC, tools/probe/column_kernels.py).
+template <typename T>
+void launch_finalize(const ConvPoolParams& p, const ConvGnPoolGeometry& g, cudaStream_t stream) {
+  const int64_t rows = g.batch * g.num_groups;
+  const int64_t most = cuda::ceil_div<int64_t>(g.pooled_h * g.pooled_w, kThreads);  // every CTA has windows
+  const int64_t wanted = cuda::ceil_div<int64_t>(4 * cuda::multiprocessor_count(), rows);
+  const auto splits = static_cast<unsigned>(std::clamp<int64_t>(wanted, 1, std::min<int64_t>(most, 65535)));
+  cuda::gn_pool::finalize_kernel<T><<<dim3(static_cast<unsigned>(rows), splits), kThreads, 0, stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 template <typename T, MmaMode kMode>
 void launch(ConvPoolParams& p, const ConvGnPoolGeometry& g, bool window, int smem_bytes, cudaStream_t stream) {
   if (window) {
@@ -223,8 +238,7 @@ void launch(ConvPoolParams& p, const ConvGnPoolGeometry& g, bool window, int sme
     kernel<<<persistent_grid(kernel, kThreads, p, g.batch, smem_bytes), kThreads, smem_bytes, stream>>>(p);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  cuda::gn_pool::finalize_kernel<T><<<static_cast<unsigned>(g.batch * g.num_groups), kThreads, 0, stream>>>(p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_finalize<T>(p, g, stream);
 }
 
 // The per-channel vectors as dense 1-D tensors (tiny; no host synchronization), alive while the kernels are queued.
@@ -394,8 +408,7 @@ void run_mixed(const at::Tensor& conv_output, const std::optional<at::Tensor>& g
         p, data, static_cast<int>(t.band_windows));
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  cuda::gn_pool::finalize_kernel<T><<<static_cast<unsigned>(g.batch * g.num_groups), kThreads, 0, stream>>>(p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_finalize<T>(p, g, stream);
 }
 
 at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
@@ -433,9 +446,13 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
               out);
     return out;
   };
-  const auto mixed = [&] {
+  // The mixed path with ATen's convolution of `x`: the input, or a channels-last copy of it, on which cuDNN runs its
+  // NHWC kernels without the NCHW -> NHWC and NHWC -> NCHW copies it makes around them for an NCHW input (the larger
+  // one, of the convolution's output, is what Inductor's channels-last graph saves), and the NHWC stats kernel reads
+  // the output where it lies. The output is written in the input's layout either way.
+  const auto mixed_on = [&](const at::Tensor& x) {
     at::Tensor out = empty_output(input, {g.batch, g.out_channels, g.pooled_h, g.pooled_w});
-    const at::Tensor conv = at::convolution(input, weight, bias, stride, padding, dilation, false, {0, 0}, 1);
+    const at::Tensor conv = at::convolution(x, weight, bias, stride, padding, dilation, false, {0, 0}, 1);
     if (dtype == at::kBFloat16) {
       run_mixed<c10::BFloat16>(conv, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, out);
     } else if (dtype == at::kHalf) {
@@ -445,9 +462,18 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
     }
     return out;
   };
-  const auto problem =
-      cuda::problem_key("convops::conv2d_group_norm_scale_max_pool_clamp", input, weight, bias, stride, padding,
-                        dilation, num_groups, gn_weight, gn_bias, eps, scale, pool_kernel, clamp_min, clamp_max);
+  const auto problem_args = [&](const char* name) {
+    return cuda::problem_key(name, input, weight, bias, stride, padding, dilation, num_groups, gn_weight, gn_bias, eps,
+                             scale, pool_kernel, clamp_min, clamp_max);
+  };
+  // Which layout the mixed path's convolution runs in: a problem of its own under "auto" (path_choice.cuh,
+  // run_in_chosen_layout; CONVOPS_GN_MIXED_LAYOUT=input|channels_last forces one).
+  const auto mixed = [&] {
+    return cuda::run_in_chosen_layout(
+        problem_args("convops::conv2d_group_norm_scale_max_pool_clamp.mixed_layout"), "CONVOPS_GN_MIXED_LAYOUT",
+        [&] { return mixed_on(cuda::channels_last_copy(input)); }, [&] { return mixed_on(input); });
+  };
+  const auto problem = problem_args("convops::conv2d_group_norm_scale_max_pool_clamp");
   // The fused kernels where they apply, with the mixed path as "auto"'s third candidate; else the mixed path in the
   // convops path's place; the ATen chain where neither applies.
   if (!fused_applies) return mixed_applies ? cuda::run_chosen_path(problem, mixed, aten) : aten();
