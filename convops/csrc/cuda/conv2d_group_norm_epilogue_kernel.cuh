@@ -92,21 +92,35 @@ struct Band {
 // One pool window of one channel: its moments about its first value (stable: every value of the window is near it
 // relative to the window's own spread) merged into `mom`, and its extremum as the fused kernels encode it (the max
 // code of sign * x, or for sign 0 the window's sign classes). `win` points at its first element; `row` and `col` are
-// the element strides between its rows and columns.
-template <typename T>
+// the element strides between its rows and columns. kPool > 0: a kPool x kPool window, all of whose loads are issued
+// before the arithmetic (with the extents read from p, each load waited for in turn: the NHWC kernel read 8.4 MB in
+// 16 us, 0.5 TB/s, on an 8-image block; H200, 2026-11-28); 0: the extents in p.
+template <typename T, int kPool>
 __device__ __forceinline__ uint32_t window_summary(const ConvPoolParams& p, const T* win, int64_t row, int64_t col,
                                                    float sign, Moments& mom) {
   const float fold = sign_fold(sign), count = static_cast<float>(p.pool_h * p.pool_w);
-  const float first = static_cast<float>(win[0]);
-  float sum = 0.f, squares = 0.f;
+  float sum = 0.f, squares = 0.f, first;
   uint32_t code = 0u;
-  for (int r = 0; r < p.pool_h; ++r) {
-    for (int c = 0; c < p.pool_w; ++c) {
-      const float x = static_cast<float>(win[r * row + c * col]);
-      const float d = x - first;
-      sum += d;
-      squares = fmaf(d, d, squares);
-      code = sign != 0.f ? max(code, encode_ordered(fold * x)) : code | sign_classes(x);
+  const auto add = [&](float x) {
+    const float d = x - first;
+    sum += d;
+    squares = fmaf(d, d, squares);
+    code = sign != 0.f ? max(code, encode_ordered(fold * x)) : code | sign_classes(x);
+  };
+  if constexpr (kPool > 0) {
+    float x[kPool * kPool];
+#pragma unroll
+    for (int r = 0; r < kPool; ++r) {
+#pragma unroll
+      for (int c = 0; c < kPool; ++c) x[r * kPool + c] = static_cast<float>(win[r * row + c * col]);
+    }
+    first = x[0];
+#pragma unroll
+    for (int i = 0; i < kPool * kPool; ++i) add(x[i]);
+  } else {
+    first = static_cast<float>(win[0]);
+    for (int r = 0; r < p.pool_h; ++r) {
+      for (int c = 0; c < p.pool_w; ++c) add(static_cast<float>(win[r * row + c * col]));
     }
   }
   // A rounding-negative M2 becomes 0; a NaN one stays NaN (as finalize_kernel's variance does).
@@ -126,9 +140,10 @@ __device__ __forceinline__ uint32_t* extremum_at(const ConvPoolParams& p, int n,
 
 // conv: the convolution output, dense NCHW. p: the finalize kernel's parameters (extremum with ext_w = pooled_w,
 // partials, spatial_tiles = the number of bands) plus conv_h / conv_w. band_windows: pool-window rows a band.
-// 5 CTAs an SM fit its registers (48) without spills; 4 leave it 64.
-template <typename T>
-__global__ void __launch_bounds__(kThreads, 5)
+// 5 CTAs an SM fit its registers (48) without spills with the window's extents read at run time; the unrolled
+// windows (kPool > 0) spilled there (20-28 bytes) and take 4, 64 registers.
+template <typename T, int kPool>
+__global__ void __launch_bounds__(kThreads, kPool > 0 ? 4 : 5)
     pool_stats_from_conv_kernel(const ConvPoolParams p, const T* __restrict__ conv, int band_windows) {
   __shared__ float scratch[kThreads / 32][3];
   __shared__ float tile_sign[kTileN];
@@ -152,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 5)
       const T* win = group_planes + channel * plane + static_cast<int64_t>(wr) * p.pool_h * p.conv_w +
                      static_cast<int64_t>(wc) * p.pool_w;
       *extremum_at(p, b.n, g_first + channel, wr, wc) =
-          window_summary(p, win, p.conv_w, 1, tile_sign[g_first - b.c_first + channel], mom);
+          window_summary<T, kPool>(p, win, p.conv_w, 1, tile_sign[g_first - b.c_first + channel], mom);
     }
     for (int i = tid; i < slice * b.tail_cells; i += kThreads) {
       const T* y = group_planes + (i / b.tail_cells) * plane;
@@ -174,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 5)
 // tile (adjacent threads, adjacent channels of a pixel: coalesced), in as many rows of threads as the tile's
 // channels leave (4 for a whole tile), each row taking every rows-th window of the band; then a warp a group merges
 // its channels' summaries (a fixed order).
-template <typename T>
+template <typename T, int kPool>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     pool_stats_from_nhwc_conv_kernel(const ConvPoolParams p, const T* __restrict__ conv, int band_windows) {
   __shared__ float summaries[kThreads][3];  // a thread's at its index (a pitch of 3 floats: no bank conflicts)
@@ -194,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       const int wr = b.first_window_row + q;
       const T* win = image + static_cast<int64_t>(wr) * p.pool_h * row_stride +
                      static_cast<int64_t>(wc) * p.pool_w * pixel_stride;
-      *extremum_at(p, b.n, c, wr, wc) = window_summary(p, win, row_stride, pixel_stride, sign, mom);
+      *extremum_at(p, b.n, c, wr, wc) = window_summary<T, kPool>(p, win, row_stride, pixel_stride, sign, mom);
     }
     for (int i = row; i < b.tail_cells; i += rows) {
       mom.merge(1.f, static_cast<float>(image[b.tail_cell(i, row_stride, pixel_stride)]), 0.f);

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "common/checks.h"
 #include "conv2d_group_norm_scale_max_pool_clamp.h"
@@ -400,14 +401,25 @@ void run_mixed(const at::Tensor& conv_output, const std::optional<at::Tensor>& g
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const auto grid = static_cast<unsigned>(g.batch * t.channel_tiles * t.bands);
   const auto* data = static_cast<const T*>(conv.const_data_ptr());
-  if (nhwc) {
-    cuda::gn_pool::epilogue::pool_stats_from_nhwc_conv_kernel<T><<<grid, kThreads, 0, stream>>>(
-        p, data, static_cast<int>(t.band_windows));
-  } else {
-    cuda::gn_pool::epilogue::pool_stats_from_conv_kernel<T><<<grid, kThreads, 0, stream>>>(
-        p, data, static_cast<int>(t.band_windows));
+  // Square windows of the common sides get kernels with their loads unrolled (window_summary); others read the
+  // extents at run time.
+  const auto launch_stats = [&](auto pool) {
+    constexpr int kPool = decltype(pool)::value;
+    if (nhwc) {
+      cuda::gn_pool::epilogue::pool_stats_from_nhwc_conv_kernel<T, kPool><<<grid, kThreads, 0, stream>>>(
+          p, data, static_cast<int>(t.band_windows));
+    } else {
+      cuda::gn_pool::epilogue::pool_stats_from_conv_kernel<T, kPool><<<grid, kThreads, 0, stream>>>(
+          p, data, static_cast<int>(t.band_windows));
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  switch (g.pool_h == g.pool_w ? g.pool_h : 0) {
+    case 2: launch_stats(std::integral_constant<int, 2>{}); break;
+    case 3: launch_stats(std::integral_constant<int, 3>{}); break;
+    case 4: launch_stats(std::integral_constant<int, 4>{}); break;
+    default: launch_stats(std::integral_constant<int, 0>{}); break;
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
   launch_finalize<T>(p, g, stream);
 }
 
