@@ -58,7 +58,10 @@ def forced_path(policy: str) -> Iterator[None]:
 #   NCHW depthwise kernels);
 # - "convops::conv_transpose2d.aten_layout" / "convops::conv_transpose3d.aten_layout": for an NCHW / NCDHW input, the
 #   ATen path's layout, "convops" its round trip through channels-last, "aten" the input's layout
-#   (csrc/cuda/path_choice.cuh, layout_for).
+#   (csrc/cuda/path_choice.cuh, layout_for);
+# - "convops::conv2d_group_norm_scale_max_pool_clamp.mixed_layout": for an NCHW input, the layout of the mixed path's
+#   convolution, "convops" a channels-last copy (cuDNN's NHWC kernels, the NHWC stats kernel on their output), "aten"
+#   the input's layout; made whenever "auto" times the mixed path, also where the fused kernels then win.
 SEPARABLE_POINTWISE = "convops::depthwise_separable_conv2d.pointwise"
 SEPARABLE_MIXED_LAYOUT = "convops::depthwise_separable_conv2d.mixed_layout"
 

@@ -1,13 +1,14 @@
 """A numpy mirror of the GroupNorm block's mixed path after ATen's convolution (csrc/cuda/
 conv2d_group_norm_epilogue_kernel.cuh: pool_stats_from_conv_kernel for NCHW, pool_stats_from_nhwc_conv_kernel for
-NHWC; then finalize_kernel, conv2d_group_norm_finalize_kernel.cuh; the host's tiling, mixed_tiling in
-conv2d_group_norm_scale_max_pool_clamp_kernel.cu), to check their indexing on a machine without a GPU: the grid's
-(image, channel tile, band) decode, the windows each thread takes (NCHW: a group's (channel, window) pairs; NHWC: a
-channel a thread, rows of threads over the windows), the cells right of the windows and the rows below them,
-the partial-moment slots the kernels write and the ones finalize_kernel reads (both buffers start as NaN, so a slot
-read but never written shows), and the output against clamp(max_pool(group_norm(conv) * scale)) in float64.
-Per-window moments about the window's first value and Chan merges as the kernels do them; merge orders differ
-(rounding, not indexing). Keep the two in step.
+NHWC; then finalize_kernel, conv2d_group_norm_finalize_kernel.cuh; the host's tiling and finalize split,
+mixed_tiling and launch_finalize in conv2d_group_norm_scale_max_pool_clamp_kernel.cu), to check their indexing on a
+machine without a GPU: the grid's (image, channel tile, band) decode, the windows each thread takes (NCHW: a group's
+(channel, window) pairs; NHWC: a channel a thread, rows of threads over the windows), the cells right of the windows
+and the rows below them, the partial-moment slots the kernels write and the ones finalize_kernel reads (both buffers
+start as NaN, so a slot read but never written shows), the windows each finalize CTA of a split writes (each once),
+and the output against clamp(max_pool(group_norm(conv) * scale)) in float64. Per-window moments about the window's
+first value and Chan merges as the kernels do them; merge orders differ (rounding, not indexing). Keep the two in
+step.
 
     python tools/probe/gn_mixed_path_emulation.py
 """
@@ -201,10 +202,17 @@ def pool_stats_from_nhwc_conv(conv, groups, gamma, scale, pool, sms):
     return launch.result()
 
 
-def finalize(extremum, partials, tiling, groups, gamma, beta, scale, eps, lo, hi):
+def finalize_splits(n_img, groups, pooled_h, pooled_w, sms):
+    """The host's split of the finalize kernel along the pooled plane (launch_finalize): CTAs a (image, group)."""
+    wanted = cdiv(4 * sms, n_img * groups)
+    return max(1, min(wanted, cdiv(pooled_h * pooled_w, THREADS), 65535))
+
+
+def finalize(extremum, partials, tiling, groups, gamma, beta, scale, eps, lo, hi, sms):
     n_img, channels, pooled_h, pooled_w = extremum.shape
     channel_tiles, bands, local_groups = tiling
     cpg = channels // groups
+    splits = finalize_splits(n_img, groups, pooled_h, pooled_w, sms)
     out = np.full(extremum.shape, np.nan)
     for n in range(n_img):
         for grp in range(groups):
@@ -223,7 +231,13 @@ def finalize(extremum, partials, tiling, groups, gamma, beta, scale, eps, lo, hi
                 assert sign != 0, "the mirror covers finite gamma only"
                 v = sign * extremum[n, c]
                 assert not np.isnan(v).any(), f"an unwritten window: image {n} channel {c}"
-                out[n, c] = np.clip(((v - mean) * a + beta[c]) * s, lo, hi)
+                z = np.clip(((v - mean) * a + beta[c]) * s, lo, hi).reshape(-1)
+                plane = out[n, c].reshape(-1)  # a view: the CTAs of the split write into out
+                for y in range(splits):  # each CTA's share: threads from y * THREADS, striding THREADS * splits
+                    for tid in range(THREADS):
+                        idx = np.arange(tid + y * THREADS, pooled_h * pooled_w, THREADS * splits)
+                        assert np.isnan(plane[idx]).all(), f"a window written twice: image {n} channel {c}"
+                        plane[idx] = z[idx]
     return out
 
 
@@ -261,10 +275,12 @@ def main():
         ref = reference(conv, groups, gamma, beta, scale, 1e-5, pool, -0.7, 0.9)
         for nhwc in (False, True):
             extremum, partials, tiling = pool_stats_from_conv(conv, groups, gamma, scale, pool, sms, nhwc)
-            out = finalize(extremum, partials, tiling, groups, gamma, beta, scale, 1e-5, -0.7, 0.9)
-            err = np.abs(out - ref).max()
+            out = finalize(extremum, partials, tiling, groups, gamma, beta, scale, 1e-5, -0.7, 0.9, sms)
+            err = np.abs(out - ref).max()  # NaN where a window was never written
+            splits = finalize_splits(n_img, groups, *extremum.shape[2:], sms)
             print(f"{'NHWC' if nhwc else 'NCHW'} {n_img}x{channels}x{conv_h}x{conv_w} groups {groups} pool {pool} "
-                  f"sms {sms}: tiles x bands {tiling[0]} x {tiling[1]}, max |out - ref| {err:.1e}")
+                  f"sms {sms}: tiles x bands {tiling[0]} x {tiling[1]}, finalize splits {splits}, "
+                  f"max |out - ref| {err:.1e}")
             assert err < 1e-9, err
 
 
