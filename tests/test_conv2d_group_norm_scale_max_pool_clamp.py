@@ -152,13 +152,17 @@ MIXED_CASES = [
     (1, 3, 9, 11, 6, (6, 2), (1, 1), (0, 0), (1, 1), True, 3, (4, 10), (0.0, 1.0), (6, 1, 1), True),
     (1, 2, 40, 80, 8, (3, 3), (1, 1), (0, 0), (1, 1), True, 4, (3, 35), (None, 0.4), (8, 1, 1), False),
     *WINDOW_CASES,
+    # 16 input channels of 20 x 24 positions: whole 16-byte chunks for the channels-last copy in every dtype; square
+    # 3 x 3 windows (the stats kernels' unrolled kPool = 3) with two rows below the last window.
+    (2, 16, 20, 24, 24, (3, 3), (1, 1), (1, 1), (1, 1), True, 6, (3, 3), (-0.5, 0.8), (24, 1, 1), True),
 ]
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("case", MIXED_CASES, ids=["bands", "cpg65", "one_window", "wide_pool", "pool2", "pool4"])
+@pytest.mark.parametrize("case", MIXED_CASES,
+                         ids=["bands", "cpg65", "one_window", "wide_pool", "pool2", "pool4", "pool3_chunks"])
 @pytest.mark.parametrize("conv_layout", ["input", "channels_last"])
 def test_cuda_mixed_path_shapes(monkeypatch, case, dtype, layout, conv_layout):
     """The mixed path against the float64 chain, its output poisoned first; its own kernels ran, the fused ones not:
@@ -173,6 +177,10 @@ def test_cuda_mixed_path_shapes(monkeypatch, case, dtype, layout, conv_layout):
     assert any(stats_kernel in name for name in ran), ran
     transposed = conv_layout == "channels_last" and layout == "contiguous"
     assert any("batched_transpose" in name for name in ran) == transposed, ran
+    if transposed:  # in 16-byte chunks where channels and positions are whole ones (4 fp32, 8 16-bit elements)
+        v = 16 // torch.empty((), dtype=dtype).element_size()
+        chunks = case[1] % v == 0 and case[2] * case[3] % v == 0
+        assert any("batched_transpose_chunks_kernel" in name for name in ran) == chunks, ran
     assert any("finalize_kernel" in name for name in ran), ran
     assert not any("conv_pool_" in name for name in ran), ran  # conv_pool_stats_kernel, conv_pool_window_kernel
 

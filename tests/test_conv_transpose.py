@@ -876,6 +876,24 @@ def test_cuda_round_trip_copies_in_chunks_where_they_fit(monkeypatch, name, dtyp
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_round_trip_adds_the_bias_as_aten_does(monkeypatch, dtype):
+    """The chunked copy back adds the bias rounded once from float, as ATen's add does: the op with a bias equals,
+    bit for bit, the op without one plus the bias in the same dtype (cuDNN deterministic, so that both calls'
+    convolutions are the same sums)."""
+    case = ROUND_TRIP_CASES["chunks_ragged_tiles"][0]
+    x, w, b = case.tensors(dtype, "cuda")
+    monkeypatch.setenv("CONVOPS_CONV_TRANSPOSE_LAYOUT", "channels_last")
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    with convops.forced_path("aten"):
+        ran = cuda_kernels_run(lambda: OPS[2][0](x, w, b, **case.params()))
+        with_bias = OPS[2][0](x, w, b, **case.params())
+        without = OPS[2][0](x, w, None, **case.params())
+    assert any("batched_transpose_chunks_kernel" in k for k in ran), ran
+    assert torch.equal(with_bias, without + b.view(1, -1, 1, 1))
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dims", [2, 3])
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
 def test_cuda_auto_decides_the_aten_paths_layout_as_a_problem_of_its_own(dims, layout):

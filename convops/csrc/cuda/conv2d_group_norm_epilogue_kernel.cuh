@@ -1,5 +1,6 @@
-// The mixed path of convops::conv2d_group_norm_scale_max_pool_clamp: ATen's convolution (eager's own, so its values
-// are eager's in every precision mode), then this kernel in place of the fused kernels' first one. One read of the
+// The mixed path of convops::conv2d_group_norm_scale_max_pool_clamp: ATen's convolution (eager's own in the input's
+// layout, so its values are eager's in every precision mode; on a channels-last copy, cuDNN's NHWC algorithms, within
+// the op's tolerances rather than bitwise eager's), then this kernel in place of the fused kernels' first one. One read of the
 // convolution output gives each pool window's extremum, encoded as the fused kernels encode it, and each group's
 // moments per band of rows: the inputs of finalize_kernel, which writes the output. Where the fused kernels do not pay
 // (more input channels than their tiles serve well; cuDNN's TF32 convolution where TF32 is allowed), this replaces

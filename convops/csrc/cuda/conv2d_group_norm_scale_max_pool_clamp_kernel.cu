@@ -212,7 +212,8 @@ dim3 persistent_grid(Kernel kernel, int threads, const ConvPoolParams& p, int64_
 }
 
 // The finalize kernel: a CTA row per (image, group), split along the pooled plane into as many CTAs as give about
-// four an SM where images x groups are few (each merges the group's moments itself: a few hundred bytes). One CTA a
+// four an SM where images x groups are few (each merges the group's moments itself: a float4 per slot of the
+// group's channel tiles and bands, a few KB where the fused tile kernel leaves hundreds of bands). One CTA a
 // group took 12 us on 8 images of 8 groups of 8 x 32 x 32 windows, 64 CTAs on 132 SMs, each walking its channels in
 // turn (H200, 2026-11-28 16:3x UTC, tools/probe/column_kernels.py).
 template <typename T>
@@ -364,13 +365,15 @@ MixedTiling mixed_tiling(const ConvGnPoolGeometry& g, bool nhwc) {
 bool mixed_fits(const ConvGnPoolGeometry& g) {
   constexpr int64_t kLimit = int64_t{1} << 30;
   // A group's (channel, cell) pairs of a band, at most kTileN channels: its windows, the cells right of them, and
-  // (the last band) the rows below every window.
-  const int64_t per_channel = kTileN * std::max({g.pooled_h * g.pooled_w, g.conv_h * std::min(g.pool_w, g.conv_w),
-                                                 std::min(g.pool_h, g.conv_h) * g.conv_w});
+  // (the last band) the rows below every window; computed only once the extents are bounded (no int64 overflow).
+  const auto per_channel = [&] {
+    return kTileN * std::max({g.pooled_h * g.pooled_w, g.conv_h * std::min(g.pool_w, g.conv_w),
+                              std::min(g.pool_h, g.conv_h) * g.conv_w});
+  };
   const int64_t most_bands = std::max<int64_t>(g.pooled_h, 1);
   // In this order: each product's factors are bounded by the checks before it (no int64 overflow).
   return g.batch < kLimit && g.out_channels < kLimit && g.conv_h < kLimit && g.conv_w < kLimit &&
-         g.pool_h * g.pool_w < kLimit && g.pooled_h * g.pooled_w < kLimit / kTileN && per_channel < kLimit &&
+         g.pool_h * g.pool_w < kLimit && g.pooled_h * g.pooled_w < kLimit / kTileN && per_channel() < kLimit &&
          g.batch * g.num_groups < kLimit &&
          most_bands < kLimit / (g.batch * cuda::ceil_div<int64_t>(g.out_channels, kTileN));  // the grid
 }

@@ -170,12 +170,11 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_ctas_per_sm<scalar_t>())
 }
 
 // Whether the chunked kernel takes these matrices: whole chunks each way and 16-byte-aligned storage.
-bool chunks_apply(const at::Tensor& src, const at::Tensor& dst, const at::Tensor* bias, int64_t batches, int64_t rows,
-                  int64_t cols) {
+bool chunks_apply(const at::Tensor& src, const at::Tensor& dst, int64_t batches, int64_t rows, int64_t cols) {
   const int64_t v = 16 / src.element_size();
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return rows % v == 0 && cols % v == 0 && aligned(src.const_data_ptr()) && aligned(dst.const_data_ptr()) &&
-         (bias == nullptr || bias->is_contiguous()) && batches <= int64_t{kMaxGridY} * kMaxGridY;
+         batches <= int64_t{kMaxGridY} * kMaxGridY;  // (a bias is dense here: channels_first_copy's dense_bias)
 }
 
 // Transposes each of `batches` (rows x cols) matrices of src into dst (both contiguous, same dtype), adding bias[c]:
@@ -184,7 +183,7 @@ void batched_transpose(const at::Tensor& src, at::Tensor& dst, const at::Tensor*
                        int64_t cols) {
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(src.device().index());
   const unsigned grid_y = static_cast<unsigned>(std::min<int64_t>(batches, kMaxGridY));
-  const bool chunked = chunks_apply(src, dst, bias, batches, rows, cols);
+  const bool chunked = chunks_apply(src, dst, batches, rows, cols);
   const auto launch = [&](auto element) {
     using scalar_t = decltype(element);
     const scalar_t* bias_data = bias != nullptr ? bias->const_data_ptr<scalar_t>() : nullptr;
