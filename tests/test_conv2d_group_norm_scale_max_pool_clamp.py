@@ -2,6 +2,8 @@
 clamp(max_pool2d(group_norm(conv2d(x)) * scale, k), lo, hi) in float64."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -175,6 +177,9 @@ def test_cuda_mixed_path_shapes(monkeypatch, case, dtype, layout, conv_layout):
     nhwc = layout == "channels_last" or conv_layout == "channels_last"
     stats_kernel = "pool_stats_from_nhwc_conv_kernel" if nhwc else "pool_stats_from_conv_kernel"
     assert any(stats_kernel in name for name in ran), ran
+    if nhwc:  # 4 channels a thread where the channels are whole vectors of 4 (the kernel's last template argument)
+        vector = 4 if case[4] % 4 == 0 else 1
+        assert any(re.search(rf"{stats_kernel}<.*\b{vector}>", name) for name in ran), ran
     transposed = conv_layout == "channels_last" and layout == "contiguous"
     assert any("batched_transpose" in name for name in ran) == transposed, ran
     if transposed:  # in 16-byte chunks where channels and positions are whole ones (4 fp32, 8 16-bit elements)

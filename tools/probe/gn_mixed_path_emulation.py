@@ -3,9 +3,9 @@ conv2d_group_norm_epilogue_kernel.cuh: pool_stats_from_conv_kernel for NCHW, poo
 NHWC; then finalize_kernel, conv2d_group_norm_finalize_kernel.cuh; the host's tiling and finalize split,
 mixed_tiling and launch_finalize in conv2d_group_norm_scale_max_pool_clamp_kernel.cu), to check their indexing on a
 machine without a GPU: the grid's (image, channel tile, band) decode, the windows each thread takes (NCHW: a group's
-(channel, window) pairs; NHWC: a channel a thread, rows of threads over the windows), the cells right of the windows
+(channel, window) pairs; NHWC: V channels a thread, rows of threads over the windows), the cells right of the windows
 and the rows below them, the partial-moment slots the kernels write and the ones finalize_kernel reads (both buffers
-start as NaN, so a slot read but never written shows), the windows each finalize CTA of a split writes (each once),
+start as NaN, so a slot read but never written shows), the windows each finalize CTA of a split writes, kUnroll at a time (each once),
 and the output against clamp(max_pool(group_norm(conv) * scale)) in float64. Per-window moments about the window's
 first value and Chan merges as the kernels do them; merge orders differ (rounding, not indexing). Keep the two in
 step.
@@ -29,13 +29,16 @@ THREADS = 256
 CTAS_PER_SM = 4
 
 
-def mixed_tiling(batch, out_channels, cpg, pooled_h, pooled_w, nhwc, sms=132):
+FINALIZE_UNROLL = 4  # finalize_kernel's kUnroll
+
+
+def mixed_tiling(batch, out_channels, cpg, pooled_h, pooled_w, nhwc, sms=132, vector=1):
     channel_tiles = cdiv(out_channels, TILE_N)
     if pooled_h == 0 or pooled_w == 0:
         return channel_tiles, 1, pooled_h
     wanted = cdiv(CTAS_PER_SM * sms, batch * channel_tiles)
     for_grid = cdiv(pooled_h, min(max(wanted, 1), pooled_h))
-    windows_a_channel = cdiv(THREADS, min(out_channels if nhwc else cpg, TILE_N))
+    windows_a_channel = cdiv(THREADS, min(out_channels if nhwc else cpg, TILE_N) // vector)
     for_threads = cdiv(windows_a_channel, pooled_w)
     band_windows = min(max(for_grid, for_threads), pooled_h)
     return channel_tiles, cdiv(pooled_h, band_windows), band_windows
@@ -94,13 +97,13 @@ class Band:
 class Launch:
     """What both kernels' launches share: the tiling, the buffers (NaN: unwritten) and the slots' write counts."""
 
-    def __init__(self, conv, groups, pool, sms, nhwc):
+    def __init__(self, conv, groups, pool, sms, nhwc, vector=1):
         n_img, channels, conv_h, conv_w = conv.shape
         self.shape, self.pool = conv.shape, pool
         self.pooled_h, self.pooled_w = conv_h // pool[0], conv_w // pool[1]
         self.cpg = channels // groups
         self.channel_tiles, self.bands, self.band_windows = mixed_tiling(
-            n_img, channels, self.cpg, self.pooled_h, self.pooled_w, nhwc, sms)
+            n_img, channels, self.cpg, self.pooled_h, self.pooled_w, nhwc, sms, vector)
         self.local_groups = min(groups, (TILE_N - 1) // self.cpg + 2)
         self.extremum = np.full((n_img, channels, self.pooled_h, self.pooled_w), np.nan)
         self.partials = np.full((n_img * self.channel_tiles * self.bands * self.local_groups, 3), np.nan)
@@ -157,10 +160,12 @@ def pool_stats_from_conv(conv, groups, gamma, scale, pool, sms=132, nhwc=False):
 
 
 def pool_stats_from_nhwc_conv(conv, groups, gamma, scale, pool, sms):
-    """pool_stats_from_nhwc_conv_kernel: with tc the tile's channels, thread t takes channel c_first + t % tc and
-    every rows-th window from t // tc (rows = THREADS // tc; threads past rows * tc idle); then the warp of group lg
-    merges the group's (channel, row) summaries: entry e is row e // width of channel lo + e % width."""
-    launch = Launch(conv, groups, pool, sms, True)
+    """pool_stats_from_nhwc_conv_kernel: with tc the tile's channels and V channels a thread (4 where the channels
+    are whole vectors of 4, the host's choice; else 1), thread t takes channels c_first + V (t % (tc / V)) ... + V - 1
+    and every rows-th window from t // (tc / V) (rows = THREADS // (tc / V); threads past them idle); then the warp
+    of group lg merges the group's (channel, row) summaries: entry e is row e // width of channel lo + e % width."""
+    vector = 4 if conv.shape[1] % 4 == 0 else 1
+    launch = Launch(conv, groups, pool, sms, True, vector)
     _, channels, conv_h, conv_w = conv.shape
     pool_h, pool_w, pooled_w, cpg = *pool, launch.pooled_w, launch.cpg
     nhwc = conv.transpose(0, 2, 3, 1).ravel()  # the dense NHWC buffer, read by flat offsets as the kernel does
@@ -168,10 +173,11 @@ def pool_stats_from_nhwc_conv(conv, groups, gamma, scale, pool, sms):
     for b in launch.blocks():
         summaries = {}
         tile_channels = b.c_end - b.c_first
-        rows = THREADS // tile_channels
-        for tid in range(THREADS):
-            lane_channel, row = tid % tile_channels, tid // tile_channels
-            c = b.c_first + lane_channel
+        lanes = tile_channels // vector
+        rows = THREADS // lanes
+        for tid, v in ((tid, v) for tid in range(THREADS) for v in range(vector)):
+            lane, row = tid % lanes, tid // lanes
+            c = b.c_first + lane * vector + v
             mom = (0, 0.0, 0.0)
             if row < rows:
                 image = b.n * conv_h * row_stride + c
@@ -189,7 +195,7 @@ def pool_stats_from_nhwc_conv(conv, groups, gamma, scale, pool, sms):
                     mom = merge(mom, (1, nhwc[image + r * row_stride + col * pixel_stride], 0.0))
                 for i in range(row, b.bottom_cells, rows):
                     mom = merge(mom, (1, nhwc[image + b.pooled_rows * row_stride + i * pixel_stride], 0.0))
-            summaries[tid] = mom
+            summaries[row * tile_channels + lane * vector + v] = mom
         first_group = b.c_first // cpg
         for tid in range((b.c_end - 1) // cpg - first_group + 1):
             grp = first_group + tid
@@ -225,19 +231,28 @@ def finalize(extremum, partials, tiling, groups, gamma, beta, scale, eps, lo, hi
                 assert not np.isnan(part).any(), f"finalize reads an unwritten slot: image {n} group {grp} tile {ct}"
                 mom = merge(mom, tuple(part))
             mean, rstd = mom[1], 1.0 / np.sqrt(max(mom[2] / mom[0], 0.0) + eps)
+            z = {}
             for c in range(grp * cpg, (grp + 1) * cpg):
                 a, s = rstd * gamma[c], scale[c]
                 sign = affine_sign(gamma[c], s)
                 assert sign != 0, "the mirror covers finite gamma only"
                 v = sign * extremum[n, c]
                 assert not np.isnan(v).any(), f"an unwritten window: image {n} channel {c}"
-                z = np.clip(((v - mean) * a + beta[c]) * s, lo, hi).reshape(-1)
-                plane = out[n, c].reshape(-1)  # a view: the CTAs of the split write into out
-                for y in range(splits):  # each CTA's share: threads from y * THREADS, striding THREADS * splits
-                    for tid in range(THREADS):
-                        idx = np.arange(tid + y * THREADS, pooled_h * pooled_w, THREADS * splits)
-                        assert np.isnan(plane[idx]).all(), f"a window written twice: image {n} channel {c}"
-                        plane[idx] = z[idx]
+                z[c] = np.clip(((v - mean) * a + beta[c]) * s, lo, hi).reshape(-1)
+            plane = pooled_h * pooled_w
+            for y in range(splits):  # each CTA's share: per thread, windows from tid + y * THREADS by THREADS * splits
+                for tid in range(THREADS):
+                    first, step = tid + y * THREADS, THREADS * splits
+                    per_channel = cdiv(plane - first, step) if first < plane else 0
+                    for chunk in range(0, cpg, THREADS):  # channels whose parameters fit in shared memory
+                        total = min(THREADS, cpg - chunk) * per_channel
+                        for j0 in range(0, total, FINALIZE_UNROLL):
+                            for j in range(j0, min(j0 + FINALIZE_UNROLL, total)):
+                                local, k = divmod(j, per_channel)
+                                c, i = grp * cpg + chunk + local, first + k * step
+                                row, col = divmod(i, pooled_w)
+                                assert np.isnan(out[n, c, row, col]), f"a window written twice: image {n} channel {c}"
+                                out[n, c, row, col] = z[c][i]
     return out
 
 
@@ -263,6 +278,8 @@ PROBLEMS = [  # (images, channels, groups, conv_h, conv_w, pool, sms): channel t
     (2, 16, 4, 33, 30, (3, 3), 4),       # few SMs: bands of 7 and 4 window rows (and the rows below)
     (1, 8, 2, 7, 40, (3, 35), 132),      # wide windows
     (4, 64, 16, 126, 126, (4, 4), 132),  # the seed's plane, 4 images: 11 bands, the last of one window row
+    (2, 20, 5, 21, 23, (3, 3), 132),     # NHWC in vectors of 4 with a tile of 20 channels: 5 lanes, 51 rows
+    (1, 300, 1, 6, 7, (2, 2), 132),      # a group of 300 channels: finalize's parameters in two chunks
 ]
 
 

@@ -39,24 +39,6 @@ __device__ __forceinline__ Moments merge_warp(Moments m) {
   return m;
 }
 
-// The CTA's merge of its threads' summaries, in a fixed order. `scratch` holds a summary a warp.
-__device__ __forceinline__ Moments merge_block(Moments m, float (*scratch)[3]) {
-  m = merge_warp(m);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) {
-    scratch[warp][0] = m.count;
-    scratch[warp][1] = m.mean;
-    scratch[warp][2] = m.m2;
-  }
-  __syncthreads();
-  Moments total{0.f, 0.f, 0.f};
-  if (threadIdx.x == 0) {
-    for (int w = 0; w < kThreads / 32; ++w) total.merge(scratch[w][0], scratch[w][1], scratch[w][2]);
-  }
-  __syncthreads();  // scratch is reused by the next group
-  return total;
-}
-
 // What a CTA covers: image n, channel tile ct (channels [c_first, c_end)), and band `band` of pool-window rows
 // ([first_window_row, + window_rows)); the cells right of its windows and, in the last band, the rows below every
 // window count in the statistics only.
@@ -90,44 +72,68 @@ struct Band {
   }
 };
 
-// One pool window of one channel: its moments about its first value (stable: every value of the window is near it
-// relative to the window's own spread) merged into `mom`, and its extremum as the fused kernels encode it (the max
-// code of sign * x, or for sign 0 the window's sign classes). `win` points at its first element; `row` and `col` are
-// the element strides between its rows and columns. kPool > 0: a kPool x kPool window, all of whose loads are issued
-// before the arithmetic (with the extents read from p, each load waited for in turn: the NHWC kernel read 8.4 MB in
-// 16 us, 0.5 TB/s, on an 8-image block; H200, 2026-11-28); 0: the extents in p.
-template <typename T, int kPool>
-__device__ __forceinline__ uint32_t window_summary(const ConvPoolParams& p, const T* win, int64_t row, int64_t col,
-                                                   float sign, Moments& mom) {
-  const float fold = sign_fold(sign), count = static_cast<float>(p.pool_h * p.pool_w);
-  float sum = 0.f, squares = 0.f, first;
-  uint32_t code = 0u;
-  const auto add = [&](float x) {
-    const float d = x - first;
-    sum += d;
-    squares = fmaf(d, d, squares);
-    code = sign != 0.f ? max(code, encode_ordered(fold * x)) : code | sign_classes(x);
+// One pool window of V adjacent channels (V = 1 in NCHW; 4 from a channels-last output whose channels are whole
+// vectors): per channel, its moments about its first value (stable: every value of the window is near it relative
+// to the window's own spread) merged into `mom`, and its extremum as the fused kernels encode it (the max code of
+// sign * x, or for sign 0 the window's sign classes). `win` points at its first element, channel 0 of the V; `row`
+// and `col` are the element strides between its rows and columns. kPool > 0: a kPool x kPool window whose loads are
+// issued before the arithmetic, in batches of whole rows (kBatchRows): with the extents read from p, each
+// load waited for in turn (the NHWC kernel read 8.4 MB in 16 us, 0.5 TB/s, on an 8-image block; H200,
+// 2026-11-28); 0: the extents in p, a load at a time.
+template <typename T, int kPool, int V>
+__device__ __forceinline__ void window_summaries(const ConvPoolParams& p, const T* win, int64_t row, int64_t col,
+                                                 const float (&sign)[V], Moments (&mom)[V], uint32_t (&code)[V]) {
+  using Vec = AlignedVector<T, V>;
+  const float count = static_cast<float>(p.pool_h * p.pool_w);
+  const auto load = [&](int r, int c) { return *reinterpret_cast<const Vec*>(win + r * row + c * col); };
+  float sum[V], squares[V], first[V];
+  const auto add = [&](const Vec& x) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const float value = static_cast<float>(x.v[v]);
+      const float d = value - first[v];
+      sum[v] += d;
+      squares[v] = fmaf(d, d, squares[v]);
+      code[v] = sign[v] != 0.f ? max(code[v], encode_ordered(sign_fold(sign[v]) * value)) : code[v] | sign_classes(value);
+    }
+  };
+  const auto start = [&](const Vec& x) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) first[v] = static_cast<float>(x.v[v]), sum[v] = squares[v] = 0.f, code[v] = 0u;
   };
   if constexpr (kPool > 0) {
-    float x[kPool * kPool];
+    // Window rows a batch: all of them for V = 1, for vectors at most 8 vectors' worth.
+    constexpr int kBatchRows = V == 1 ? kPool : kPool >= 8 ? 1 : 8 / kPool;
 #pragma unroll
-    for (int r = 0; r < kPool; ++r) {
+    for (int r0 = 0; r0 < kPool; r0 += kBatchRows) {
+      Vec x[kBatchRows][kPool];
 #pragma unroll
-      for (int c = 0; c < kPool; ++c) x[r * kPool + c] = static_cast<float>(win[r * row + c * col]);
+      for (int r = 0; r < kBatchRows; ++r)
+#pragma unroll
+        for (int c = 0; c < kPool; ++c)
+          if (r0 + r < kPool) x[r][c] = load(r0 + r, c);
+      if (r0 == 0) start(x[0][0]);
+#pragma unroll
+      for (int r = 0; r < kBatchRows; ++r)
+#pragma unroll
+        for (int c = 0; c < kPool; ++c)
+          if (r0 + r < kPool) add(x[r][c]);
     }
-    first = x[0];
-#pragma unroll
-    for (int i = 0; i < kPool * kPool; ++i) add(x[i]);
   } else {
-    first = static_cast<float>(win[0]);
+    start(load(0, 0));
     for (int r = 0; r < p.pool_h; ++r) {
-      for (int c = 0; c < p.pool_w; ++c) add(static_cast<float>(win[r * row + c * col]));
+      for (int c = 0; c < p.pool_w; ++c) add(load(r, c));
     }
   }
-  // A rounding-negative M2 becomes 0; a NaN one stays NaN (as finalize_kernel's variance does).
-  const float m2 = squares - sum * sum / count;
-  mom.merge(count, first + sum / count, m2 < 0.f ? 0.f : m2);
-  return code;
+  // A reciprocal (exact for the power-of-two counts), not IEEE divisions: their slow-path calls made ptxas spill
+  // around them (the fp32 3 x 3 kernel with V = 4, the run-time-window kernels).
+  const float inv_count = __frcp_rn(count);
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    // A rounding-negative M2 becomes 0; a NaN one stays NaN (as finalize_kernel's variance does).
+    const float mean = sum[v] * inv_count, m2 = squares[v] - sum[v] * mean;
+    mom[v].merge(count, first[v] + mean, m2 < 0.f ? 0.f : m2);
+  }
 }
 
 __device__ __forceinline__ float4* partial_slot(const ConvPoolParams& p, const Band& b, int local_group) {
@@ -141,14 +147,17 @@ __device__ __forceinline__ uint32_t* extremum_at(const ConvPoolParams& p, int n,
 
 // conv: the convolution output, dense NCHW. p: the finalize kernel's parameters (extremum with ext_w = pooled_w,
 // partials, spatial_tiles = the number of bands) plus conv_h / conv_w. band_windows: pool-window rows a band.
-// 5 CTAs an SM fit its registers (48) without spills with the window's extents read at run time; the unrolled
-// windows (kPool > 0) spilled there (20-28 bytes) and take 4, 64 registers.
+// 4 CTAs an SM (64 registers): at 5 (48) both the unrolled windows and the run-time ones spilled.
+// A warp's summary of a group goes to shared memory without a barrier, so that warps run on into the next group's
+// loads; one barrier at the end, then a warp a group merges the warps' summaries (a merge of the whole CTA a group,
+// two barriers each, kept the loads of one group in flight at a time).
 template <typename T, int kPool>
-__global__ void __launch_bounds__(kThreads, kPool > 0 ? 4 : 5)
+__global__ void __launch_bounds__(kThreads, 4)
     pool_stats_from_conv_kernel(const ConvPoolParams p, const T* __restrict__ conv, int band_windows) {
-  __shared__ float scratch[kThreads / 32][3];
+  constexpr int kWarps = kThreads / 32;
+  __shared__ float warp_moments[kTileN + 1][kWarps][3];  // [local group][warp]: a tile meets <= kTileN + 1 groups
   __shared__ float tile_sign[kTileN];
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const Band b(p, band_windows);
   const int64_t plane = static_cast<int64_t>(p.conv_h) * p.conv_w;
   if (tid < b.c_end - b.c_first) tile_sign[tid] = affine_sign<T>(p, b.c_first + tid);
@@ -156,87 +165,115 @@ __global__ void __launch_bounds__(kThreads, kPool > 0 ? 4 : 5)
   const int cpg = p.channels_per_group;
   // A group's channels of this tile at a time, the threads spread over (channel, window) with the windows of a
   // channel adjacent (coalesced window rows), so that a band of few windows still keeps every thread busy.
-  for (int g_first = b.c_first; g_first < b.c_end;) {
+  int local = 0;  // the tile's group
+  for (int g_first = b.c_first; g_first < b.c_end; ++local) {
     const int g_end = min((g_first / cpg + 1) * cpg, b.c_end);
     const int slice = g_end - g_first;
     const T* group_planes = conv + (static_cast<int64_t>(b.n) * p.out_channels + g_first) * plane;
-    Moments mom{0.f, 0.f, 0.f};
+    Moments mom[1] = {{0.f, 0.f, 0.f}};
     for (int i = tid; i < slice * b.windows; i += kThreads) {
       int q;
       const int wc = p.pooled_w_div.divmod(i, q);
       const int channel = q / b.window_rows, wr = b.first_window_row + q % b.window_rows;
       const T* win = group_planes + channel * plane + static_cast<int64_t>(wr) * p.pool_h * p.conv_w +
                      static_cast<int64_t>(wc) * p.pool_w;
-      *extremum_at(p, b.n, g_first + channel, wr, wc) =
-          window_summary<T, kPool>(p, win, p.conv_w, 1, tile_sign[g_first - b.c_first + channel], mom);
+      const float sign[1] = {tile_sign[g_first - b.c_first + channel]};
+      uint32_t code[1];
+      window_summaries<T, kPool, 1>(p, win, p.conv_w, 1, sign, mom, code);
+      *extremum_at(p, b.n, g_first + channel, wr, wc) = code[0];
     }
     for (int i = tid; i < slice * b.tail_cells; i += kThreads) {
       const T* y = group_planes + (i / b.tail_cells) * plane;
-      mom.merge(1.f, static_cast<float>(y[b.tail_cell(i % b.tail_cells, p.conv_w, 1)]), 0.f);
+      mom[0].merge(1.f, static_cast<float>(y[b.tail_cell(i % b.tail_cells, p.conv_w, 1)]), 0.f);
     }
     for (int i = tid; i < slice * b.bottom_cells; i += kThreads) {
       const T* y = group_planes + (i / b.bottom_cells) * plane;
-      mom.merge(1.f, static_cast<float>(y[static_cast<int64_t>(b.pooled_rows) * p.conv_w + i % b.bottom_cells]), 0.f);
+      mom[0].merge(1.f, static_cast<float>(y[static_cast<int64_t>(b.pooled_rows) * p.conv_w + i % b.bottom_cells]), 0.f);
     }
-    const Moments total = merge_block(mom, scratch);
-    if (tid == 0) {
-      *partial_slot(p, b, g_first / cpg - b.c_first / cpg) = make_float4(total.count, total.mean, total.m2, 0.f);
+    const Moments warp_total = merge_warp(mom[0]);
+    if (lane == 0) {
+      warp_moments[local][warp][0] = warp_total.count;
+      warp_moments[local][warp][1] = warp_total.mean;
+      warp_moments[local][warp][2] = warp_total.m2;
     }
     g_first = g_end;
   }
+  __syncthreads();
+  for (int lg = warp; lg < local; lg += kWarps) {
+    const float* w = warp_moments[lg][lane % kWarps];
+    const Moments total = merge_warp(lane < kWarps ? Moments{w[0], w[1], w[2]} : Moments{0.f, 0.f, 0.f});
+    if (lane == 0) *partial_slot(p, b, lg) = make_float4(total.count, total.mean, total.m2, 0.f);
+  }
 }
 
-// The same from a dense NHWC (channels-last) convolution output, without a copy to NCHW: a thread a channel of the
-// tile (adjacent threads, adjacent channels of a pixel: coalesced), in as many rows of threads as the tile's
-// channels leave (4 for a whole tile), each row taking every rows-th window of the band; then a warp a group merges
-// its channels' summaries (a fixed order).
-template <typename T, int kPool>
-__global__ void __launch_bounds__(kThreads, kCtasPerSm)
+// The same from a dense NHWC (channels-last) convolution output, without a copy to NCHW: a thread V adjacent
+// channels of the tile (V = 4 where the channels are whole vectors of 4, one 16- or 8-byte load a window element;
+// else 1), adjacent threads on adjacent channels of a pixel (coalesced), in as many rows of threads as the tile's
+// channels leave, each row taking every rows-th window of the band; then a warp a group merges its channels'
+// summaries (a fixed order). The vector loads keep 4x the bytes in flight a thread: the kernel is bound by their
+// latency (ncu, H200, 2026-11-28, V = 1 on an 8-image block: 15.9 us for 8.4 MB, half a wave of CTAs, 9.2 cycles
+// between a warp's instructions, 42% of them waiting on L1TEX).
+// Vectors take 2 CTAs an SM (128 registers): at 3 (80) ptxas spilled the fp32 3 x 3 and the run-time windows.
+template <typename T, int kPool, int V>
+__global__ void __launch_bounds__(kThreads, V > 1 ? 2 : kCtasPerSm)
     pool_stats_from_nhwc_conv_kernel(const ConvPoolParams p, const T* __restrict__ conv, int band_windows) {
-  __shared__ float summaries[kThreads][3];  // a thread's at its index (a pitch of 3 floats: no bank conflicts)
+  __shared__ float summaries[kThreads * V][3];  // channel c of thread row r at r * tile_channels + c (pitch 3 floats)
   const int tid = threadIdx.x;
   const Band b(p, band_windows);
-  const int tile_channels = b.c_end - b.c_first, rows = kThreads / tile_channels;
-  const int lane_channel = tid % tile_channels, row = tid / tile_channels;  // row == rows: idle
-  const int c = b.c_first + lane_channel;
+  const int tile_channels = b.c_end - b.c_first, lanes = tile_channels / V, rows = kThreads / lanes;
+  const int lane = tid % lanes, row = tid / lanes;  // row == rows: idle
+  const int c = b.c_first + lane * V;               // the thread's first channel
   const int64_t pixel_stride = p.out_channels, row_stride = static_cast<int64_t>(p.conv_w) * p.out_channels;
-  Moments mom{0.f, 0.f, 0.f};
+  using Vec = AlignedVector<T, V>;
+  Moments mom[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) mom[v] = Moments{0.f, 0.f, 0.f};
   if (row < rows) {
     const T* image = conv + static_cast<int64_t>(b.n) * p.conv_h * row_stride + c;
-    const float sign = affine_sign<T>(p, c);
+    float sign[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) sign[v] = affine_sign<T>(p, c + v);
     for (int i = row; i < b.windows; i += rows) {
       int q;
       const int wc = p.pooled_w_div.divmod(i, q);
       const int wr = b.first_window_row + q;
       const T* win = image + static_cast<int64_t>(wr) * p.pool_h * row_stride +
                      static_cast<int64_t>(wc) * p.pool_w * pixel_stride;
-      *extremum_at(p, b.n, c, wr, wc) = window_summary<T, kPool>(p, win, row_stride, pixel_stride, sign, mom);
+      uint32_t code[V];
+      window_summaries<T, kPool, V>(p, win, row_stride, pixel_stride, sign, mom, code);
+#pragma unroll
+      for (int v = 0; v < V; ++v) *extremum_at(p, b.n, c + v, wr, wc) = code[v];
     }
-    for (int i = row; i < b.tail_cells; i += rows) {
-      mom.merge(1.f, static_cast<float>(image[b.tail_cell(i, row_stride, pixel_stride)]), 0.f);
-    }
-    for (int i = row; i < b.bottom_cells; i += rows) {
-      mom.merge(1.f, static_cast<float>(image[b.pooled_rows * row_stride + i * pixel_stride]), 0.f);
-    }
+    const auto add_cell = [&](int64_t offset) {
+      const Vec x = *reinterpret_cast<const Vec*>(image + offset);
+#pragma unroll
+      for (int v = 0; v < V; ++v) mom[v].merge(1.f, static_cast<float>(x.v[v]), 0.f);
+    };
+    for (int i = row; i < b.tail_cells; i += rows) add_cell(b.tail_cell(i, row_stride, pixel_stride));
+    for (int i = row; i < b.bottom_cells; i += rows) add_cell(b.pooled_rows * row_stride + i * pixel_stride);
   }
-  summaries[tid][0] = mom.count;
-  summaries[tid][1] = mom.mean;
-  summaries[tid][2] = mom.m2;
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    float* s = summaries[row * tile_channels + lane * V + v];  // row == rows: past the read rows, within the array
+    s[0] = mom[v].count;
+    s[1] = mom[v].mean;
+    s[2] = mom[v].m2;
+  }
   __syncthreads();
   // A warp a group of the tile: its lanes merge the group's (channel, row) summaries in turn, adjacent lanes on
   // adjacent channels, then the warp merges the lanes'.
-  const int cpg = p.channels_per_group, warp = tid / 32, lane = tid % 32;
+  const int cpg = p.channels_per_group, warp = tid / 32, warp_lane = tid % 32;
   const int first_group = b.c_first / cpg, groups = (b.c_end - 1) / cpg - first_group + 1;
   for (int local = warp; local < groups; local += kThreads / 32) {
     const int grp = first_group + local;
     const int lo = max(grp * cpg, b.c_first) - b.c_first, width = min((grp + 1) * cpg, b.c_end) - b.c_first - lo;
     Moments part{0.f, 0.f, 0.f};
-    for (int e = lane; e < width * rows; e += 32) {
+    for (int e = warp_lane; e < width * rows; e += 32) {
       const float* s = summaries[(e / width) * tile_channels + lo + e % width];
       part.merge(s[0], s[1], s[2]);
     }
     const Moments total = merge_warp(part);
-    if (lane == 0) *partial_slot(p, b, local) = make_float4(total.count, total.mean, total.m2, 0.f);
+    if (warp_lane == 0) *partial_slot(p, b, local) = make_float4(total.count, total.mean, total.m2, 0.f);
   }
 }
 

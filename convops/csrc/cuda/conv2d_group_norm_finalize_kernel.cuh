@@ -1,7 +1,10 @@
 // Kernel 2 of convops::conv2d_group_norm_scale_max_pool_clamp: a row of CTAs per (image, group), each CTA merging the
 // group's per-tile moments (Chan), then turning its share of each channel's pooled windows (the plane split over
 // gridDim.y) into the output clamp((a v + b) * s, lo, hi), GroupNorm's affine in ATen's form (a = rstd * gamma,
-// b = -a * mean + beta), v = sign_c * decoded max of sign_c * conv.
+// b = -a * mean + beta), v = sign_c * decoded max of sign_c * conv. The kernel is bound by the latency of its loads
+// (a few MB on the sweep's blocks): the channels' parameters are read into shared memory while the moments merge,
+// and the windows go kUnroll at a time, every code loaded before any output is written (a channel at a time, each
+// window waiting for its parameters and then its code, took 7.9 us on an 8-image block; H200, 2026-11-28).
 #pragma once
 
 #include "cuda/conv2d_group_norm_common.cuh"
@@ -12,12 +15,25 @@ namespace gn_pool {
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams p) {
+  constexpr int kUnroll = 4;
   __shared__ float s_count[kThreads], s_mean[kThreads], s_m2[kThreads];
+  __shared__ float s_gamma[kThreads], s_beta[kThreads], s_scale[kThreads];  // of a chunk of the group's channels
   __shared__ float s_stats[2];
   const int tid = threadIdx.x;
   const int64_t item = blockIdx.x;
   const int n = static_cast<int>(item / p.num_groups), grp = static_cast<int>(item % p.num_groups);
-  const int cpg = p.channels_per_group;
+  const int cpg = p.channels_per_group, c_begin = grp * cpg;
+
+  // The parameters of channels c_begin + chunk ... + kThreads - 1 (those of the group).
+  const auto load_parameters = [&](int chunk) {
+    const int c = c_begin + chunk + tid;
+    if (tid < kThreads && chunk + tid < cpg) {
+      s_gamma[tid] = p.gamma ? load_float<T>(p.gamma, c) : 1.f;
+      s_beta[tid] = p.beta ? load_float<T>(p.beta, c) : 0.f;
+      s_scale[tid] = load_float<T>(p.scale, p.scale_per_channel ? c : 0);
+    }
+  };
+  load_parameters(0);
 
   // The channel tiles holding part of this group, and the group's slot in each.
   const int tile_lo = grp * cpg / kTileN, tile_hi = ((grp + 1) * cpg - 1) / kTileN;
@@ -54,36 +70,56 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams
   __syncthreads();
   const float mean = s_stats[0], rstd = s_stats[1];
 
-  // Channel by channel, so the per-channel parameters are uniform across the CTA.
+  // The thread's windows of a channel: first, first + step, ... of the plane; of a chunk of channels, `per_channel`
+  // each, numbered channel after channel.
   const int plane = p.pooled_h * p.pooled_w;
+  const int first = tid + static_cast<int>(blockIdx.y) * kThreads, step = kThreads * static_cast<int>(gridDim.y);
+  const int per_channel = first < plane ? (plane - first + step - 1) / step : 0;
   T* out = static_cast<T*>(p.output);
-  for (int c = grp * cpg; c < (grp + 1) * cpg; ++c) {
-    const float gamma = p.gamma ? load_float<T>(p.gamma, c) : 1.f;
-    const float beta = p.beta ? load_float<T>(p.beta, c) : 0.f;
-    const float s = load_float<T>(p.scale, p.scale_per_channel ? c : 0);
-    const float a = rstd * gamma, b = -a * mean + beta;
-    const float sign = affine_sign(gamma, s);
-    // Infinite gamma: a window is b * s where all its elements have the sign of a * b, NaN otherwise.
-    const uint32_t spoilers = a * b > 0.f ? kNotPositive : kNotNegative;
-    const uint32_t* ext = p.extremum + (static_cast<int64_t>(n) * p.out_channels + c) * p.pooled_h * p.ext_w;
-    T* out_c = out + n * p.out_stride[0] + c * p.out_stride[1];
-    const int first = tid + static_cast<int>(blockIdx.y) * kThreads, step = kThreads * static_cast<int>(gridDim.y);
-    for (int i = first; i < plane; i += step) {
-      int row;
-      const int col = p.pooled_w_div.divmod(i, row);
-      const uint32_t code = ext[row * p.ext_w + col];
-      float z;
-      if (sign != 0.f) {
-        // (v - mean) * a + beta is a v + b, with the same NaN / +-Inf for finite a, without cancelling a v against
-        // a mean (|a mean| 2^-24 in fp32, ~1e-5 |gamma s| for a mean 500x the spread).
-        const float v = sign * decode_ordered(code);
-        z = ((v - mean) * a + beta) * s;
-      } else {
-        z = (code & spoilers) ? __uint_as_float(0x7fffffffu) : b * s;
+  for (int chunk = 0; chunk < cpg; chunk += kThreads) {
+    if (chunk > 0) {
+      __syncthreads();  // the last chunk's parameters are read
+      load_parameters(chunk);
+      __syncthreads();
+    }
+    // At most kThreads * per_channel < plane + kThreads: an int (32-bit divisions; int64 ones are subroutines).
+    const int total = min(kThreads, cpg - chunk) * per_channel;
+    for (int j0 = 0; j0 < total; j0 += kUnroll) {
+      int local[kUnroll], row[kUnroll], col[kUnroll];
+      uint32_t code[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = j0 + u;
+        if (j < total) {
+          local[u] = j / per_channel;
+          col[u] = p.pooled_w_div.divmod(first + (j - local[u] * per_channel) * step, row[u]);
+          const int64_t c = c_begin + chunk + local[u];
+          code[u] = p.extremum[(n * int64_t{p.out_channels} + c) * p.pooled_h * p.ext_w + row[u] * p.ext_w + col[u]];
+        }
       }
-      if (p.has_lo) z = z < p.lo ? p.lo : z;
-      if (p.has_hi) z = z > p.hi ? p.hi : z;
-      out_c[row * p.out_stride[2] + col * p.out_stride[3]] = static_cast<T>(z);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (j0 + u >= total) break;
+        const float gamma = s_gamma[local[u]], beta = s_beta[local[u]], s = s_scale[local[u]];
+        const float a = rstd * gamma, b = -a * mean + beta;
+        const float sign = affine_sign(gamma, s);
+        float z;
+        if (sign != 0.f) {
+          // (v - mean) * a + beta is a v + b, with the same NaN / +-Inf for finite a, without cancelling a v
+          // against a mean (|a mean| 2^-24 in fp32, ~1e-5 |gamma s| for a mean 500x the spread).
+          const float v = sign * decode_ordered(code[u]);
+          z = ((v - mean) * a + beta) * s;
+        } else {
+          // Infinite gamma: a window is b * s where all its elements have the sign of a * b, NaN otherwise.
+          const uint32_t spoilers = a * b > 0.f ? kNotPositive : kNotNegative;
+          z = (code[u] & spoilers) ? __uint_as_float(0x7fffffffu) : b * s;
+        }
+        if (p.has_lo) z = z < p.lo ? p.lo : z;
+        if (p.has_hi) z = z > p.hi ? p.hi : z;
+        const int64_t c = c_begin + chunk + local[u];
+        out[n * p.out_stride[0] + c * p.out_stride[1] + row[u] * p.out_stride[2] + col[u] * p.out_stride[3]] =
+            static_cast<T>(z);
+      }
     }
   }
 }

@@ -341,19 +341,19 @@ void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::opt
 // The mixed path's split of the convolution output: kTileN-channel tiles, and bands of whole pool-window rows, as
 // many as give about four CTAs an SM (its kernels are bound by memory), but none so thin that a CTA's threads run out
 // of windows: in NCHW they spread over a group's (channel, window) pairs, so a band holds at least a CTA's threads'
-// worth of them; in NHWC a tile's channels do.
+// worth of them; in NHWC a tile's channels do, `vector` channels a thread.
 struct MixedTiling {
   int64_t channel_tiles, bands, band_windows;
 };
 
-MixedTiling mixed_tiling(const ConvGnPoolGeometry& g, bool nhwc) {
+MixedTiling mixed_tiling(const ConvGnPoolGeometry& g, bool nhwc, int vector) {
   const int64_t channel_tiles = cuda::ceil_div<int64_t>(g.out_channels, kTileN);
   if (g.pooled_h == 0 || g.pooled_w == 0) return {channel_tiles, 1, g.pooled_h};  // (not reached: pool <= conv)
   const int64_t wanted = cuda::ceil_div<int64_t>(cuda::gn_pool::epilogue::kCtasPerSm * cuda::multiprocessor_count(),
                                                  g.batch * channel_tiles);
   const int64_t for_grid = cuda::ceil_div<int64_t>(g.pooled_h, std::clamp<int64_t>(wanted, 1, g.pooled_h));
   // NCHW: a group's channels of a tile share the threads; NHWC: a tile's channels, the rest being rows of threads.
-  const int64_t sharing = std::min<int64_t>(nhwc ? g.out_channels : g.channels_per_group, kTileN);
+  const int64_t sharing = std::min<int64_t>(nhwc ? g.out_channels : g.channels_per_group, kTileN) / vector;
   const int64_t windows_a_channel = cuda::ceil_div<int64_t>(kThreads, sharing);
   const int64_t for_threads = cuda::ceil_div<int64_t>(windows_a_channel, g.pooled_w);
   const int64_t band_windows = std::min(std::max(for_grid, for_threads), g.pooled_h);
@@ -388,7 +388,11 @@ void run_mixed(const at::Tensor& conv_output, const std::optional<at::Tensor>& g
                at::Tensor& out) {
   const bool nhwc = !conv_output.is_contiguous() && conv_output.is_contiguous(at::MemoryFormat::ChannelsLast);
   const at::Tensor conv = nhwc ? conv_output : conv_output.contiguous();
-  const MixedTiling t = mixed_tiling(g, nhwc);
+  // NHWC: 4 channels a thread where every pixel's channels are whole aligned vectors of 4.
+  constexpr int kVector = 4;
+  const bool vectors = nhwc && g.out_channels % kVector == 0 &&
+                       reinterpret_cast<uintptr_t>(conv.const_data_ptr()) % (kVector * sizeof(T)) == 0;
+  const MixedTiling t = mixed_tiling(g, nhwc, vectors ? kVector : 1);
   const ChannelVectors v = channel_vectors(std::nullopt, gn_weight, gn_bias, scale);
   ConvPoolParams p{};
   set_pool_norm_params(p, g, v, eps, clamp_min, clamp_max, out);
@@ -408,8 +412,11 @@ void run_mixed(const at::Tensor& conv_output, const std::optional<at::Tensor>& g
   // extents at run time.
   const auto launch_stats = [&](auto pool) {
     constexpr int kPool = decltype(pool)::value;
-    if (nhwc) {
-      cuda::gn_pool::epilogue::pool_stats_from_nhwc_conv_kernel<T, kPool><<<grid, kThreads, 0, stream>>>(
+    if (vectors) {
+      cuda::gn_pool::epilogue::pool_stats_from_nhwc_conv_kernel<T, kPool, kVector><<<grid, kThreads, 0, stream>>>(
+          p, data, static_cast<int>(t.band_windows));
+    } else if (nhwc) {
+      cuda::gn_pool::epilogue::pool_stats_from_nhwc_conv_kernel<T, kPool, 1><<<grid, kThreads, 0, stream>>>(
           p, data, static_cast<int>(t.band_windows));
     } else {
       cuda::gn_pool::epilogue::pool_stats_from_conv_kernel<T, kPool><<<grid, kThreads, 0, stream>>>(
