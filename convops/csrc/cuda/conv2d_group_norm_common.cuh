@@ -153,6 +153,19 @@ struct Moments {
   }
 };
 
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// A warp's merge of its lanes' summaries, in a fixed order (deterministic): lane 0 returns the total.
+__device__ __forceinline__ Moments merge_warp(Moments m) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float count = __shfl_down_sync(kFullMask, m.count, offset);
+    const float mean = __shfl_down_sync(kFullMask, m.mean, offset);
+    const float m2 = __shfl_down_sync(kFullMask, m.m2, offset);
+    m.merge(count, mean, m2);
+  }
+  return m;
+}
+
 }  // namespace gn_pool
 }  // namespace cuda
 }  // namespace convops

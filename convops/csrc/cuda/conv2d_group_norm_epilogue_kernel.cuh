@@ -25,19 +25,7 @@ namespace cuda {
 namespace gn_pool {
 namespace epilogue {
 
-constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kCtasPerSm = 4;  // what the host's band split aims at (mixed_tiling)
-
-// A warp's merge of its lanes' summaries, in a fixed order (deterministic): lane 0 returns the total.
-__device__ __forceinline__ Moments merge_warp(Moments m) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const float count = __shfl_down_sync(kFullMask, m.count, offset);
-    const float mean = __shfl_down_sync(kFullMask, m.mean, offset);
-    const float m2 = __shfl_down_sync(kFullMask, m.m2, offset);
-    m.merge(count, mean, m2);
-  }
-  return m;
-}
 
 // What a CTA covers: image n, channel tile ct (channels [c_first, c_end)), and band `band` of pool-window rows
 // ([first_window_row, + window_rows)); the cells right of its windows and, in the last band, the rows below every
