@@ -157,6 +157,8 @@ MIXED_CASES = [
     # 16 input channels of 20 x 24 positions: whole 16-byte chunks for the channels-last copy in every dtype; square
     # 3 x 3 windows (the stats kernels' unrolled kPool = 3) with two rows below the last window.
     (2, 16, 20, 24, 24, (3, 3), (1, 1), (1, 1), (1, 1), True, 6, (3, 3), (-0.5, 0.8), (24, 1, 1), True),
+    # One group of 300 channels: finalize reads the group's parameters in two chunks of at most 256.
+    (1, 3, 8, 8, 300, (3, 3), (1, 1), (1, 1), (1, 1), True, 1, (2, 2), (0.0, 1.0), (300, 1, 1), True),
 ]
 
 
@@ -164,7 +166,7 @@ MIXED_CASES = [
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", MIXED_CASES,
-                         ids=["bands", "cpg65", "one_window", "wide_pool", "pool2", "pool4", "pool3_chunks"])
+                         ids=["bands", "cpg65", "one_window", "wide_pool", "pool2", "pool4", "pool3_chunks", "cpg300"])
 @pytest.mark.parametrize("conv_layout", ["input", "channels_last"])
 def test_cuda_mixed_path_shapes(monkeypatch, case, dtype, layout, conv_layout):
     """The mixed path against the float64 chain, its output poisoned first; its own kernels ran, the fused ones not:

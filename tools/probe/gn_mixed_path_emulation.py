@@ -176,7 +176,9 @@ def pool_stats_from_conv(conv, groups, gamma, scale, pool, sms=132, nhwc=False):
             mom = (0, 0.0, 0.0)
             for t in sums:
                 mom = merge(mom, t.moments())
-            launch.write_partial(b, g_first // cpg - b.c_first // cpg, mom)
+            local = g_first // cpg - b.c_first // cpg
+            assert local < TILE_N + 1, "past the NCHW kernel's warp_moments array"
+            launch.write_partial(b, local, mom)
             g_first = g_end
     return launch.result()
 
@@ -216,7 +218,9 @@ def pool_stats_from_nhwc_conv(conv, groups, gamma, scale, pool, sms):
                     sums.add([nhwc[image + r * row_stride + col * pixel_stride]])
                 for i in range(row, b.bottom_cells, rows):
                     sums.add([nhwc[image + b.pooled_rows * row_stride + i * pixel_stride]])
-            summaries[row * tile_channels + lane * vector + v] = sums.moments()
+            index = row * tile_channels + lane * vector + v
+            assert index < THREADS * vector, "past the kernel's summaries array"
+            summaries[index] = sums.moments()
         first_group = b.c_first // cpg
         for tid in range((b.c_end - 1) // cpg - first_group + 1):
             grp = first_group + tid
