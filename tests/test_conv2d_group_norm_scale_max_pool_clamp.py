@@ -47,6 +47,23 @@ SAMPLED = [(case, DTYPES[i % len(DTYPES)], LAYOUTS[(i // len(DTYPES)) % len(LAYO
 DEVICE_PATHS = [*DEVICES, pytest.param("cuda-mixed", marks=pytest.mark.cuda)]
 
 
+@pytest.fixture(autouse=True)
+def _mixed_path_ran(request):
+    """A "cuda-mixed" test ran the mixed path's kernels (not the ATen chain it falls back to where the mixed path does
+    not apply: float64)."""
+    callspec = getattr(request.node, "callspec", None)
+    params = callspec.params if callspec else {}
+    if params.get("device") != "cuda-mixed" or params.get("dtype") is torch.float64:
+        yield
+        return
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        yield
+        torch.cuda.synchronize()
+    ran = {e.key for e in prof.key_averages()}
+    assert any("pool_stats_from" in name for name in ran) and any("finalize_kernel" in name for name in ran), ran
+    assert not any("conv_pool_" in name for name in ran), ran  # the fused kernels: conv_pool_{stats,window}_kernel
+
+
 def on_device(device_path: str, monkeypatch) -> str:
     """The device of a DEVICE_PATHS entry, with the mixed path set up for "cuda-mixed": there with TF32 off, since
     the mixed path's convolution is ATen's, which follows the TF32 flag (these tests hold fp32 to the float64 chain;
