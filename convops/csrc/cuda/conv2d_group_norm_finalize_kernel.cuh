@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams
   // The parameters of channels c_begin + chunk ... + kThreads - 1 (those of the group).
   const auto load_parameters = [&](int chunk) {
     const int c = c_begin + chunk + tid;
-    if (tid < kThreads && chunk + tid < cpg) {
+    if (chunk + tid < cpg) {
       s_gamma[tid] = p.gamma ? load_float<T>(p.gamma, c) : 1.f;
       s_beta[tid] = p.beta ? load_float<T>(p.beta, c) : 0.f;
       s_scale[tid] = load_float<T>(p.scale, p.scale_per_channel ? c : 0);
