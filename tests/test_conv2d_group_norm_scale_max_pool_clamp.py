@@ -47,6 +47,28 @@ SAMPLED = [(case, DTYPES[i % len(DTYPES)], LAYOUTS[(i // len(DTYPES)) % len(LAYO
 DEVICE_PATHS = [*DEVICES, pytest.param("cuda-mixed", marks=pytest.mark.cuda)]
 
 
+@pytest.fixture(autouse=True)
+def _mixed_path_ran(request):
+    """A "cuda-mixed" test ran the mixed path's kernels (not the ATen chain it falls back to where the mixed path does
+    not apply: float64; an empty batch launches nothing)."""
+    callspec = getattr(request.node, "callspec", None)
+    params = callspec.params if callspec else {}
+    empty_batch = params.get("case", (1,))[0] == 0
+    if params.get("device") != "cuda-mixed" or params.get("dtype") is torch.float64 or empty_batch:
+        yield
+        return
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        yield
+        torch.cuda.synchronize()
+    assert_mixed_path_ran({e.key for e in prof.key_averages()})
+
+
+def assert_mixed_path_ran(ran: set[str], stats_kernel: str = "pool_stats_from") -> None:
+    """Kernel names `ran` (cuda_kernels_run) hold the mixed path's: a stats kernel and finalize, no fused kernel."""
+    assert any(stats_kernel in name for name in ran) and any("finalize_kernel" in name for name in ran), ran
+    assert not any("conv_pool_" in name for name in ran), ran  # the fused kernels: conv_pool_{stats,window}_kernel
+
+
 def on_device(device_path: str, monkeypatch) -> str:
     """The device of a DEVICE_PATHS entry, with the mixed path set up for "cuda-mixed": there with TF32 off, since
     the mixed path's convolution is ATen's, which follows the TF32 flag (these tests hold fp32 to the float64 chain;
@@ -157,6 +179,8 @@ MIXED_CASES = [
     # 16 input channels of 20 x 24 positions: whole 16-byte chunks for the channels-last copy in every dtype; square
     # 3 x 3 windows (the stats kernels' unrolled kPool = 3) with two rows below the last window.
     (2, 16, 20, 24, 24, (3, 3), (1, 1), (1, 1), (1, 1), True, 6, (3, 3), (-0.5, 0.8), (24, 1, 1), True),
+    # One group of 300 channels: finalize reads the group's parameters in two chunks of at most 256.
+    (1, 3, 8, 8, 300, (3, 3), (1, 1), (1, 1), (1, 1), True, 1, (2, 2), (0.0, 1.0), (300, 1, 1), True),
 ]
 
 
@@ -164,7 +188,7 @@ MIXED_CASES = [
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", MIXED_CASES,
-                         ids=["bands", "cpg65", "one_window", "wide_pool", "pool2", "pool4", "pool3_chunks"])
+                         ids=["bands", "cpg65", "one_window", "wide_pool", "pool2", "pool4", "pool3_chunks", "cpg300"])
 @pytest.mark.parametrize("conv_layout", ["input", "channels_last"])
 def test_cuda_mixed_path_shapes(monkeypatch, case, dtype, layout, conv_layout):
     """The mixed path against the float64 chain, its output poisoned first; its own kernels ran, the fused ones not:
@@ -176,7 +200,7 @@ def test_cuda_mixed_path_shapes(monkeypatch, case, dtype, layout, conv_layout):
     ran = cuda_kernels_run(lambda: check_against_reference(case, dtype, "cuda", layout))
     nhwc = layout == "channels_last" or conv_layout == "channels_last"
     stats_kernel = "pool_stats_from_nhwc_conv_kernel" if nhwc else "pool_stats_from_conv_kernel"
-    assert any(stats_kernel in name for name in ran), ran
+    assert_mixed_path_ran(ran, stats_kernel)
     if nhwc:  # 4 channels a thread where the channels are whole vectors of 4 (the kernel's last template argument)
         vector = 4 if case[4] % 4 == 0 else 1
         assert any(re.search(rf"{stats_kernel}<.*\b{vector}>", name) for name in ran), ran
@@ -186,8 +210,6 @@ def test_cuda_mixed_path_shapes(monkeypatch, case, dtype, layout, conv_layout):
         v = 16 // torch.empty((), dtype=dtype).element_size()
         chunks = case[1] % v == 0 and case[2] * case[3] % v == 0
         assert any("batched_transpose_chunks_kernel" in name for name in ran) == chunks, ran
-    assert any("finalize_kernel" in name for name in ran), ran
-    assert not any("conv_pool_" in name for name in ran), ran  # conv_pool_stats_kernel, conv_pool_window_kernel
 
 
 @pytest.mark.cuda

@@ -5,10 +5,10 @@ mixed_tiling and launch_finalize in conv2d_group_norm_scale_max_pool_clamp_kerne
 machine without a GPU: the grid's (image, channel tile, band) decode, the windows each thread takes (NCHW: a group's
 (channel, window) pairs; NHWC: V channels a thread, rows of threads over the windows), the cells right of the windows
 and the rows below them, the partial-moment slots the kernels write and the ones finalize_kernel reads (both buffers
-start as NaN, so a slot read but never written shows), the windows each finalize CTA of a split writes, kUnroll at a time (each once),
-and the output against clamp(max_pool(group_norm(conv) * scale)) in float64. Per-window moments about the window's
-first value and Chan merges as the kernels do them; merge orders differ (rounding, not indexing). Keep the two in
-step.
+start as NaN, so a slot read but never written shows), the windows each finalize CTA of a split writes, kUnroll at a
+time (each once), and the output against clamp(max_pool(group_norm(conv) * scale)) in float64. Each thread's values
+as sums about its first value (ShiftedSums), then Chan merges, as the kernels do them; merge orders differ
+(rounding, not indexing). Keep the two in step.
 
     python tools/probe/gn_mixed_path_emulation.py
 """
@@ -60,14 +60,34 @@ def affine_sign(gamma, s):
     return 0.0 if np.isinf(gamma) else (1.0 if gamma * s >= 0 else -1.0)
 
 
-def window_summary(win, sign):
-    """(moments, code) of one window as window_summary computes them (code: the folded max, or sign classes)."""
-    d = win - win[0]
-    count = win.size
-    m2 = max((d * d).sum() - d.sum() ** 2 / count, 0.0)
+class ShiftedSums:
+    """A thread's values of a channel (NHWC) or of a group's slice (NCHW) as ShiftedSums keeps them: sums of their
+    differences from the first value it meets."""
+
+    def __init__(self):
+        self.shift, self.count, self.s1, self.s2 = 0.0, 0, 0.0, 0.0
+
+    def add(self, values):
+        if self.count == 0:
+            self.shift = values[0]
+        d = np.asarray(values, dtype=float) - self.shift
+        self.count += d.size
+        self.s1 += d.sum()
+        self.s2 += (d * d).sum()
+
+    def moments(self):
+        if self.count == 0:
+            return 0, 0.0, 0.0
+        mean = self.s1 / self.count
+        return self.count, self.shift + mean, max(self.s2 - self.s1 * mean, 0.0)
+
+
+def window_summary(win, sign, sums):
+    """A window's values into the thread's `sums`, and its code as window_summaries computes it (the folded max, or
+    the sign classes)."""
+    sums.add(win)
     fold = 1.0 if sign == 0 else sign
-    code = (fold * win).max() if sign != 0 else (1 if (win <= 0).any() else 0) | (2 if (win >= 0).any() else 0)
-    return (count, win[0] + d.sum() / count, m2), code
+    return (fold * win).max() if sign != 0 else (1 if (win <= 0).any() else 0) | (2 if (win >= 0).any() else 0)
 
 
 class Band:
@@ -139,22 +159,26 @@ def pool_stats_from_conv(conv, groups, gamma, scale, pool, sms=132, nhwc=False):
         while g_first < b.c_end:
             g_end = min((g_first // cpg + 1) * cpg, b.c_end)
             slice_ = g_end - g_first
-            mom = (0, 0.0, 0.0)
+            sums = [ShiftedSums() for _ in range(THREADS)]  # thread tid takes pairs tid, tid + THREADS, ...
             for i in range(slice_ * b.windows):
                 q, wc = divmod(i, pooled_w)
                 c, wr = g_first + q // b.window_rows, b.first_window_row + q % b.window_rows
                 win = conv[b.n, c, wr * pool_h:(wr + 1) * pool_h, wc * pool_w:(wc + 1) * pool_w].ravel()
                 assert win.size == pool_h * pool_w
-                window_mom, code = window_summary(win, affine_sign(gamma[c], scale[c]))
-                mom = merge(mom, window_mom)
+                code = window_summary(win, affine_sign(gamma[c], scale[c]), sums[i % THREADS])
                 launch.write_window(b, c, wr, wc, code)
             for i in range(slice_ * b.tail_cells):
                 channel, cell = divmod(i, b.tail_cells)
-                mom = merge(mom, (1, conv[b.n, g_first + channel][b.tail_cell(cell)], 0.0))
+                sums[i % THREADS].add([conv[b.n, g_first + channel][b.tail_cell(cell)]])
             for i in range(slice_ * b.bottom_cells):
                 channel, cell = divmod(i, b.bottom_cells)
-                mom = merge(mom, (1, conv[b.n, g_first + channel].ravel()[b.pooled_rows * conv.shape[3] + cell], 0.0))
-            launch.write_partial(b, g_first // cpg - b.c_first // cpg, mom)
+                sums[i % THREADS].add([conv[b.n, g_first + channel].ravel()[b.pooled_rows * conv.shape[3] + cell]])
+            mom = (0, 0.0, 0.0)
+            for t in sums:
+                mom = merge(mom, t.moments())
+            local = g_first // cpg - b.c_first // cpg
+            assert local < TILE_N + 1, "past the NCHW kernel's warp_moments array"
+            launch.write_partial(b, local, mom)
             g_first = g_end
     return launch.result()
 
@@ -178,7 +202,7 @@ def pool_stats_from_nhwc_conv(conv, groups, gamma, scale, pool, sms):
         for tid, v in ((tid, v) for tid in range(THREADS) for v in range(vector)):
             lane, row = tid % lanes, tid // lanes
             c = b.c_first + lane * vector + v
-            mom = (0, 0.0, 0.0)
+            sums = ShiftedSums()
             if row < rows:
                 image = b.n * conv_h * row_stride + c
                 for i in range(row, b.windows, rows):
@@ -187,15 +211,16 @@ def pool_stats_from_nhwc_conv(conv, groups, gamma, scale, pool, sms):
                     first = image + wr * pool_h * row_stride + wc * pool_w * pixel_stride
                     win = np.array([nhwc[first + r * row_stride + k * pixel_stride]
                                     for r in range(pool_h) for k in range(pool_w)])
-                    window_mom, code = window_summary(win, affine_sign(gamma[c], scale[c]))
-                    mom = merge(mom, window_mom)
+                    code = window_summary(win, affine_sign(gamma[c], scale[c]), sums)
                     launch.write_window(b, c, wr, wc, code)
                 for i in range(row, b.tail_cells, rows):
                     r, col = b.tail_cell(i)
-                    mom = merge(mom, (1, nhwc[image + r * row_stride + col * pixel_stride], 0.0))
+                    sums.add([nhwc[image + r * row_stride + col * pixel_stride]])
                 for i in range(row, b.bottom_cells, rows):
-                    mom = merge(mom, (1, nhwc[image + b.pooled_rows * row_stride + i * pixel_stride], 0.0))
-            summaries[row * tile_channels + lane * vector + v] = mom
+                    sums.add([nhwc[image + b.pooled_rows * row_stride + i * pixel_stride]])
+            index = row * tile_channels + lane * vector + v
+            assert index < THREADS * vector, "past the kernel's summaries array"
+            summaries[index] = sums.moments()
         first_group = b.c_first // cpg
         for tid in range((b.c_end - 1) // cpg - first_group + 1):
             grp = first_group + tid

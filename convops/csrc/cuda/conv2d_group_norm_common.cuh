@@ -137,6 +137,17 @@ __device__ __forceinline__ float decode_ordered(uint32_t e) {
   return __uint_as_float((e & 0x80000000u) ? (e & 0x7fffffffu) : ~e);
 }
 
+// NaN-propagating max (max_pool2d's rule: a NaN in the window wins): max.NaN is one instruction from sm_80 on.
+__device__ __forceinline__ float max_nan(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return (a != a || b != b) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+#endif
+}
+
 // Chan et al.'s merge of (count, mean, M2) summaries: stable where the mean dwarfs the spread.
 struct Moments {
   float count, mean, m2;
@@ -150,6 +161,30 @@ struct Moments {
     mean += delta * w;
     m2 += s + delta * delta * count * w;
     count = total;
+  }
+};
+
+// A thread's values of one channel (or of one group's slice) as sums of their differences from a shift, the first
+// value it meets: the shifted-data variance (Chan, Golub & LeVeque, "Algorithms for computing the sample variance",
+// 1983), three instructions a value where a Chan merge a window cost a division. With the shift a sample of the
+// same values, S2 - S1^2 / n cancels only as much as the spread of the values about the shift exceeds their own
+// spread, not by the mean's size (a mean 100x the spread costs nothing).
+struct ShiftedSums {
+  float shift = 0.f, count = 0.f, s1 = 0.f, s2 = 0.f;
+  __device__ __forceinline__ void begin(float x) {  // the shift, before the thread's first value
+    if (count == 0.f) shift = x;
+  }
+  __device__ __forceinline__ void add(float x) {  // after begin; count is added by the caller (add_count)
+    const float d = x - shift;
+    s1 += d;
+    s2 = fmaf(d, d, s2);
+  }
+  __device__ __forceinline__ void add_count(float n) { count += n; }
+  // (count, mean, M2); a rounding-negative M2 becomes 0, a NaN one stays NaN (as finalize_kernel's variance does).
+  __device__ __forceinline__ Moments moments() const {
+    if (count == 0.f) return Moments{0.f, 0.f, 0.f};
+    const float mean = s1 / count, m2 = s2 - s1 * mean;
+    return Moments{count, shift + mean, m2 < 0.f ? 0.f : m2};
   }
 };
 

@@ -61,66 +61,92 @@ struct Band {
 };
 
 // One pool window of V adjacent channels (V = 1 in NCHW; 4 from a channels-last output whose channels are whole
-// vectors): per channel, its moments about its first value (stable: every value of the window is near it relative
-// to the window's own spread) merged into `mom`, and its extremum as the fused kernels encode it (the max code of
-// sign * x, or for sign 0 the window's sign classes). `win` points at its first element, channel 0 of the V; `row`
-// and `col` are the element strides between its rows and columns. kPool > 0: a kPool x kPool window whose loads are
-// issued before the arithmetic, in batches of whole rows (kBatchRows): with the extents read from p, each
-// load waited for in turn (the NHWC kernel read 8.4 MB in 16 us, 0.5 TB/s, on an 8-image block; H200,
-// 2026-11-28); 0: the extents in p, a load at a time.
+// vectors): per channel, its values added to the thread's shifted sums, and its extremum as the fused kernels encode
+// it: the encoded max of sign * x (a max.NaN a value, one encoding a window), or for sign 0 the window's sign
+// classes. `win` points at its first element, channel 0 of the V; `row` and `col` are the element strides between
+// its rows and columns. kPool > 0: a kPool x kPool window whose loads are issued before the arithmetic, in batches
+// of whole rows (kBatchRows): with the extents read from p, each load waited for in turn (the NHWC kernel read
+// 8.4 MB in 16 us, 0.5 TB/s, on an 8-image block; H200, 2026-11-28); 0: the extents in p, a load at a time.
 template <typename T, int kPool, int V>
 __device__ __forceinline__ void window_summaries(const ConvPoolParams& p, const T* win, int64_t row, int64_t col,
-                                                 const float (&sign)[V], Moments (&mom)[V], uint32_t (&code)[V]) {
+                                                 const float (&sign)[V], ShiftedSums (&sums)[V], uint32_t (&code)[V]) {
   using Vec = AlignedVector<T, V>;
-  const float count = static_cast<float>(p.pool_h * p.pool_w);
   const auto load = [&](int r, int c) { return *reinterpret_cast<const Vec*>(win + r * row + c * col); };
-  float sum[V], squares[V], first[V];
-  const auto add = [&](const Vec& x) {
+  float fold[V], top[V];
+  uint32_t classes[V];
+  bool any_sign0 = false;
+#pragma unroll
+  for (int v = 0; v < V; ++v) fold[v] = sign_fold(sign[v]), any_sign0 |= sign[v] == 0.f;
+  const auto start = [&](const Vec& x) {
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const float value = static_cast<float>(x.v[v]);
-      const float d = value - first[v];
-      sum[v] += d;
-      squares[v] = fmaf(d, d, squares[v]);
-      code[v] = sign[v] != 0.f ? max(code[v], encode_ordered(sign_fold(sign[v]) * value)) : code[v] | sign_classes(value);
+      sums[v].begin(value);
+      top[v] = fold[v] * value;
+      classes[v] = 0u;
     }
   };
-  const auto start = [&](const Vec& x) {
+  // Every element through `add`, the first one after `start`.
+  const auto walk = [&](const auto& add) {
+    if constexpr (kPool > 0) {
+      // Window rows a batch: all of them for V = 1, for vectors at most 8 vectors' worth.
+      constexpr int kBatchRows = V == 1 ? kPool : kPool >= 8 ? 1 : 8 / kPool;
 #pragma unroll
-    for (int v = 0; v < V; ++v) first[v] = static_cast<float>(x.v[v]), sum[v] = squares[v] = 0.f, code[v] = 0u;
+      for (int r0 = 0; r0 < kPool; r0 += kBatchRows) {
+        Vec x[kBatchRows][kPool];
+#pragma unroll
+        for (int r = 0; r < kBatchRows; ++r)
+#pragma unroll
+          for (int c = 0; c < kPool; ++c)
+            if (r0 + r < kPool) x[r][c] = load(r0 + r, c);
+        if (r0 == 0) start(x[0][0]);
+#pragma unroll
+        for (int r = 0; r < kBatchRows; ++r)
+#pragma unroll
+          for (int c = 0; c < kPool; ++c)
+            if (r0 + r < kPool) add(x[r][c]);
+      }
+    } else {
+      start(load(0, 0));
+      for (int r = 0; r < p.pool_h; ++r) {
+        for (int c = 0; c < p.pool_w; ++c) add(load(r, c));
+      }
+    }
   };
-  if constexpr (kPool > 0) {
-    // Window rows a batch: all of them for V = 1, for vectors at most 8 vectors' worth.
-    constexpr int kBatchRows = V == 1 ? kPool : kPool >= 8 ? 1 : 8 / kPool;
+  const auto add_value = [&](const Vec& x, int v) {
+    const float value = static_cast<float>(x.v[v]);
+    sums[v].add(value);
+    top[v] = max_nan(top[v], fold[v] * value);
+    return value;
+  };
+  if (!any_sign0) {
+    walk([&](const Vec& x) {
 #pragma unroll
-    for (int r0 = 0; r0 < kPool; r0 += kBatchRows) {
-      Vec x[kBatchRows][kPool];
+      for (int v = 0; v < V; ++v) add_value(x, v);
+    });
+  } else {  // an infinite GroupNorm weight (rare): the sign classes too
+    walk([&](const Vec& x) {
 #pragma unroll
-      for (int r = 0; r < kBatchRows; ++r)
-#pragma unroll
-        for (int c = 0; c < kPool; ++c)
-          if (r0 + r < kPool) x[r][c] = load(r0 + r, c);
-      if (r0 == 0) start(x[0][0]);
-#pragma unroll
-      for (int r = 0; r < kBatchRows; ++r)
-#pragma unroll
-        for (int c = 0; c < kPool; ++c)
-          if (r0 + r < kPool) add(x[r][c]);
-    }
-  } else {
-    start(load(0, 0));
-    for (int r = 0; r < p.pool_h; ++r) {
-      for (int c = 0; c < p.pool_w; ++c) add(load(r, c));
-    }
+      for (int v = 0; v < V; ++v) classes[v] |= sign_classes(add_value(x, v));
+    });
   }
-  // A reciprocal (exact for the power-of-two counts), not IEEE divisions: their slow-path calls made ptxas spill
-  // around them (the fp32 3 x 3 kernel with V = 4, the run-time-window kernels).
-  const float inv_count = __frcp_rn(count);
+  const float count = static_cast<float>(p.pool_h * p.pool_w);
 #pragma unroll
   for (int v = 0; v < V; ++v) {
-    // A rounding-negative M2 becomes 0; a NaN one stays NaN (as finalize_kernel's variance does).
-    const float mean = sum[v] * inv_count, m2 = squares[v] - sum[v] * mean;
-    mom[v].merge(count, first[v] + mean, m2 < 0.f ? 0.f : m2);
+    sums[v].add_count(count);
+    code[v] = sign[v] != 0.f ? encode_ordered(top[v]) : classes[v];
+  }
+}
+
+// A cell outside every window (right of them, or in the rows below): its value counts in the moments only.
+template <int V, typename Vec>
+__device__ __forceinline__ void add_cell(ShiftedSums (&sums)[V], const Vec& x) {
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const float value = static_cast<float>(x.v[v]);
+    sums[v].begin(value);
+    sums[v].add(value);
+    sums[v].add_count(1.f);
   }
 }
 
@@ -158,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 4)
     const int g_end = min((g_first / cpg + 1) * cpg, b.c_end);
     const int slice = g_end - g_first;
     const T* group_planes = conv + (static_cast<int64_t>(b.n) * p.out_channels + g_first) * plane;
-    Moments mom[1] = {{0.f, 0.f, 0.f}};
+    ShiftedSums sums[1];
     for (int i = tid; i < slice * b.windows; i += kThreads) {
       int q;
       const int wc = p.pooled_w_div.divmod(i, q);
@@ -167,18 +193,19 @@ __global__ void __launch_bounds__(kThreads, 4)
                      static_cast<int64_t>(wc) * p.pool_w;
       const float sign[1] = {tile_sign[g_first - b.c_first + channel]};
       uint32_t code[1];
-      window_summaries<T, kPool, 1>(p, win, p.conv_w, 1, sign, mom, code);
+      window_summaries<T, kPool, 1>(p, win, p.conv_w, 1, sign, sums, code);
       *extremum_at(p, b.n, g_first + channel, wr, wc) = code[0];
     }
+    using One = AlignedVector<T, 1>;
     for (int i = tid; i < slice * b.tail_cells; i += kThreads) {
       const T* y = group_planes + (i / b.tail_cells) * plane;
-      mom[0].merge(1.f, static_cast<float>(y[b.tail_cell(i % b.tail_cells, p.conv_w, 1)]), 0.f);
+      add_cell(sums, One{{y[b.tail_cell(i % b.tail_cells, p.conv_w, 1)]}});
     }
     for (int i = tid; i < slice * b.bottom_cells; i += kThreads) {
       const T* y = group_planes + (i / b.bottom_cells) * plane;
-      mom[0].merge(1.f, static_cast<float>(y[static_cast<int64_t>(b.pooled_rows) * p.conv_w + i % b.bottom_cells]), 0.f);
+      add_cell(sums, One{{y[static_cast<int64_t>(b.pooled_rows) * p.conv_w + i % b.bottom_cells]}});
     }
-    const Moments warp_total = merge_warp(mom[0]);
+    const Moments warp_total = merge_warp(sums[0].moments());
     if (lane == 0) {
       warp_moments[local][warp][0] = warp_total.count;
       warp_moments[local][warp][1] = warp_total.mean;
@@ -213,9 +240,7 @@ __global__ void __launch_bounds__(kThreads, V > 1 ? 2 : kCtasPerSm)
   const int c = b.c_first + lane * V;               // the thread's first channel
   const int64_t pixel_stride = p.out_channels, row_stride = static_cast<int64_t>(p.conv_w) * p.out_channels;
   using Vec = AlignedVector<T, V>;
-  Moments mom[V];
-#pragma unroll
-  for (int v = 0; v < V; ++v) mom[v] = Moments{0.f, 0.f, 0.f};
+  ShiftedSums sums[V];
   if (row < rows) {
     const T* image = conv + static_cast<int64_t>(b.n) * p.conv_h * row_stride + c;
     float sign[V];
@@ -228,24 +253,23 @@ __global__ void __launch_bounds__(kThreads, V > 1 ? 2 : kCtasPerSm)
       const T* win = image + static_cast<int64_t>(wr) * p.pool_h * row_stride +
                      static_cast<int64_t>(wc) * p.pool_w * pixel_stride;
       uint32_t code[V];
-      window_summaries<T, kPool, V>(p, win, row_stride, pixel_stride, sign, mom, code);
+      window_summaries<T, kPool, V>(p, win, row_stride, pixel_stride, sign, sums, code);
 #pragma unroll
       for (int v = 0; v < V; ++v) *extremum_at(p, b.n, c + v, wr, wc) = code[v];
     }
-    const auto add_cell = [&](int64_t offset) {
-      const Vec x = *reinterpret_cast<const Vec*>(image + offset);
-#pragma unroll
-      for (int v = 0; v < V; ++v) mom[v].merge(1.f, static_cast<float>(x.v[v]), 0.f);
-    };
-    for (int i = row; i < b.tail_cells; i += rows) add_cell(b.tail_cell(i, row_stride, pixel_stride));
-    for (int i = row; i < b.bottom_cells; i += rows) add_cell(b.pooled_rows * row_stride + i * pixel_stride);
+    const auto cell = [&](int64_t offset) { return *reinterpret_cast<const Vec*>(image + offset); };
+    for (int i = row; i < b.tail_cells; i += rows) add_cell(sums, cell(b.tail_cell(i, row_stride, pixel_stride)));
+    for (int i = row; i < b.bottom_cells; i += rows) {
+      add_cell(sums, cell(b.pooled_rows * row_stride + i * pixel_stride));
+    }
   }
 #pragma unroll
   for (int v = 0; v < V; ++v) {
+    const Moments mom = sums[v].moments();
     float* s = summaries[row * tile_channels + lane * V + v];  // row == rows: past the read rows, within the array
-    s[0] = mom[v].count;
-    s[1] = mom[v].mean;
-    s[2] = mom[v].m2;
+    s[0] = mom.count;
+    s[1] = mom.mean;
+    s[2] = mom.m2;
   }
   __syncthreads();
   // A warp a group of the tile: its lanes merge the group's (channel, row) summaries in turn, adjacent lanes on

@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams
   // The parameters of channels c_begin + chunk ... + kThreads - 1 (those of the group).
   const auto load_parameters = [&](int chunk) {
     const int c = c_begin + chunk + tid;
-    if (tid < kThreads && chunk + tid < cpg) {
+    if (chunk + tid < cpg) {
       s_gamma[tid] = p.gamma ? load_float<T>(p.gamma, c) : 1.f;
       s_beta[tid] = p.beta ? load_float<T>(p.beta, c) : 0.f;
       s_scale[tid] = load_float<T>(p.scale, p.scale_per_channel ? c : 0);
@@ -67,11 +67,11 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams
   __syncthreads();
   const float mean = s_stats[0], rstd = s_stats[1];
 
-  // The thread's windows of a channel: first, first + step, ... of the plane; of a chunk of channels, `per_channel`
-  // each, numbered channel after channel.
+  // The thread's windows: of each channel of a chunk in turn, plane positions first, first + step, ... A walk, not a
+  // division of a running index a window: the seed has 7.9 M windows, and with the division its bf16 op measured
+  // 3-6% slower than before this loop (0.262 against 0.248-0.255 ms, H200, 2026-11-28).
   const int plane = p.pooled_h * p.pooled_w;
   const int first = tid + static_cast<int>(blockIdx.y) * kThreads, step = kThreads * static_cast<int>(gridDim.y);
-  const int per_channel = first < plane ? (plane - first + step - 1) / step : 0;
   T* out = static_cast<T*>(p.output);
   for (int chunk = 0; chunk < cpg; chunk += kThreads) {
     if (chunk > 0) {
@@ -79,25 +79,26 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams
       load_parameters(chunk);
       __syncthreads();
     }
-    // At most kThreads * per_channel < plane + kThreads: an int (32-bit divisions; int64 ones are subroutines).
-    const int total = min(kThreads, cpg - chunk) * per_channel;
-    for (int j0 = 0; j0 < total; j0 += kUnroll) {
-      int local[kUnroll], row[kUnroll], col[kUnroll];
+    const int channels = min(kThreads, cpg - chunk);
+    int local = first < plane ? 0 : channels, at = first;  // the walk: channel `local` of the chunk, position `at`
+    while (local < channels) {
+      int lc[kUnroll], row[kUnroll], col[kUnroll];
       uint32_t code[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int j = j0 + u;
-        if (j < total) {
-          local[u] = j / per_channel;
-          col[u] = p.pooled_w_div.divmod(first + (j - local[u] * per_channel) * step, row[u]);
-          const int64_t c = c_begin + chunk + local[u];
+        lc[u] = local;
+        if (local < channels) {
+          col[u] = p.pooled_w_div.divmod(at, row[u]);
+          const int64_t c = c_begin + chunk + local;
           code[u] = p.extremum[(n * int64_t{p.out_channels} + c) * p.pooled_h * p.ext_w + row[u] * p.ext_w + col[u]];
+          at += step;
+          if (at >= plane) at = first, ++local;
         }
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        if (j0 + u >= total) break;
-        const float gamma = s_gamma[local[u]], beta = s_beta[local[u]], s = s_scale[local[u]];
+        if (lc[u] >= channels) break;
+        const float gamma = s_gamma[lc[u]], beta = s_beta[lc[u]], s = s_scale[lc[u]];
         const float a = rstd * gamma, b = -a * mean + beta;
         const float sign = affine_sign(gamma, s);
         float z;
@@ -113,7 +114,7 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams
         }
         if (p.has_lo) z = z < p.lo ? p.lo : z;
         if (p.has_hi) z = z > p.hi ? p.hi : z;
-        const int64_t c = c_begin + chunk + local[u];
+        const int64_t c = c_begin + chunk + lc[u];
         out[n * p.out_stride[0] + c * p.out_stride[1] + row[u] * p.out_stride[2] + col[u] * p.out_stride[3]] =
             static_cast<T>(z);
       }

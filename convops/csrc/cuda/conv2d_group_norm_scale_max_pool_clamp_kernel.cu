@@ -67,6 +67,12 @@ at::Tensor composite(const at::Tensor& input, const at::Tensor& weight, const st
   return y.contiguous(input.suggest_memory_format());
 }
 
+// The groups a channel tile of kTileN channels meets at most (a group straddles a tile's edge on either side):
+// the entries a tile has in the partials buffer, which every kernel 1 writes and finalize_kernel reads.
+int local_groups(const ConvGnPoolGeometry& g) {
+  return static_cast<int>(std::min<int64_t>(g.num_groups, (kTileN - 1) / g.channels_per_group + 2));
+}
+
 // Tile of the conv output per CTA: whole pool windows when they fit (then every window is finished by one CTA),
 // tile_w <= 32 (the statistics give each column of the tile one lane) and no wider than the image, so narrow
 // images waste few of the 128 pixel slots.
@@ -81,7 +87,7 @@ void choose_tile(const ConvGnPoolGeometry& g, ConvPoolParams& p) {
   const int64_t spatial_tiles = (g.conv_h + p.tile_h - 1) / p.tile_h * p.tiles_w;
   p.spatial_tiles = static_cast<int>(std::min<int64_t>(spatial_tiles, INT32_MAX));
   p.channel_tiles = static_cast<int>((g.out_channels + kTileN - 1) / kTileN);
-  p.local_groups = static_cast<int>(std::min<int64_t>(g.num_groups, (kTileN - 1) / g.channels_per_group + 2));
+  p.local_groups = local_groups(g);
 }
 
 // Shared-memory layout for chunk_channels input channels per main-loop step; returns the bytes it needs.
@@ -179,7 +185,7 @@ int plan_window_kernel(const ConvGnPoolGeometry& g, MmaMode mode, ConvPoolParams
   const int64_t spatial_tiles = (g.conv_h + kTile - 1) / kTile * p.tiles_w;
   p.spatial_tiles = static_cast<int>(std::min<int64_t>(spatial_tiles, INT32_MAX));
   p.channel_tiles = static_cast<int>((g.out_channels + kTileN - 1) / kTileN);
-  p.local_groups = static_cast<int>(std::min<int64_t>(g.num_groups, (kTileN - 1) / g.channels_per_group + 2));
+  p.local_groups = local_groups(g);
   return bytes;
 }
 
@@ -398,7 +404,7 @@ void run_mixed(const at::Tensor& conv_output, const std::optional<at::Tensor>& g
   set_pool_norm_params(p, g, v, eps, clamp_min, clamp_max, out);
   p.channel_tiles = static_cast<int>(t.channel_tiles);
   p.spatial_tiles = static_cast<int>(t.bands);
-  p.local_groups = static_cast<int>(std::min<int64_t>(g.num_groups, (kTileN - 1) / g.channels_per_group + 2));
+  p.local_groups = local_groups(g);
   p.ext_w = static_cast<int>(g.pooled_w);
   at::Tensor extremum = at::empty({g.batch, g.out_channels, g.pooled_h, p.ext_w}, conv.options().dtype(at::kInt));
   at::Tensor partials =
@@ -408,7 +414,7 @@ void run_mixed(const at::Tensor& conv_output, const std::optional<at::Tensor>& g
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const auto grid = static_cast<unsigned>(g.batch * t.channel_tiles * t.bands);
   const auto* data = static_cast<const T*>(conv.const_data_ptr());
-  // Square windows of the common sides get kernels with their loads unrolled (window_summary); others read the
+  // Square windows of the common sides get kernels with their loads unrolled (window_summaries); others read the
   // extents at run time.
   const auto launch_stats = [&](auto pool) {
     constexpr int kPool = decltype(pool)::value;

@@ -115,17 +115,6 @@ __device__ __forceinline__ int block_row(int h, int g) {
   return kPool == 4 ? 2 * h + g / 4 : 2 * (g / 4) + h;
 }
 
-// NaN-propagating max (max_pool2d's rule: a NaN in the window wins): max.NaN is one instruction from sm_80 on.
-__device__ __forceinline__ float max_nan(float a, float b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  float r;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-#else
-  return (a != a || b != b) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
-#endif
-}
-
 // One exchange step of the butterfly: of the value pairs (v[j], v[j + half]), the lane whose `bit` is set keeps the
 // upper one and the other lane the lower one, each taking the max with its partner's: after the step a lane holds
 // `half` values, of indices (bit set ? half : 0) + j.
