@@ -6,7 +6,8 @@ machine without a GPU: the grid's (image, channel tile, band) decode, the window
 (channel, window) pairs; NHWC: V channels a thread, rows of threads over the windows), the cells right of the windows
 and the rows below them, the partial-moment slots the kernels write and the ones finalize_kernel reads (both buffers
 start as NaN, so a slot read but never written shows), the windows each finalize CTA of a split writes, kUnroll at a
-time (each once), and the output against clamp(max_pool(group_norm(conv) * scale)) in float64. Each thread's values
+time (each once), and the output against clamp(max_pool(group_norm(conv + bias) * scale)) in float64, the conv
+bias added by the stats kernels to each value they read, by the channel they decode for it. Each thread's values
 as sums about its first value (ShiftedSums), then Chan merges, as the kernels do them; merge orders differ
 (rounding, not indexing). Keep the two in step.
 
@@ -147,11 +148,11 @@ class Launch:
         return self.extremum, self.partials, (self.channel_tiles, self.bands, self.local_groups)
 
 
-def pool_stats_from_conv(conv, groups, gamma, scale, pool, sms=132, nhwc=False):
+def pool_stats_from_conv(conv, bias, groups, gamma, scale, pool, sms=132, nhwc=False):
     """pool_stats_from_conv_kernel (or, with nhwc, its NHWC twin): a group's channels of the tile at a time, its
     (channel, window) pairs decoded as the kernel does, then the cells right of the windows and the rows below."""
     if nhwc:
-        return pool_stats_from_nhwc_conv(conv, groups, gamma, scale, pool, sms)
+        return pool_stats_from_nhwc_conv(conv, bias, groups, gamma, scale, pool, sms)
     launch = Launch(conv, groups, pool, sms, False)
     pool_h, pool_w, pooled_w, cpg = *pool, launch.pooled_w, launch.cpg
     for b in launch.blocks():
@@ -163,16 +164,17 @@ def pool_stats_from_conv(conv, groups, gamma, scale, pool, sms=132, nhwc=False):
             for i in range(slice_ * b.windows):
                 q, wc = divmod(i, pooled_w)
                 c, wr = g_first + q // b.window_rows, b.first_window_row + q % b.window_rows
-                win = conv[b.n, c, wr * pool_h:(wr + 1) * pool_h, wc * pool_w:(wc + 1) * pool_w].ravel()
+                win = conv[b.n, c, wr * pool_h:(wr + 1) * pool_h, wc * pool_w:(wc + 1) * pool_w].ravel() + bias[c]
                 assert win.size == pool_h * pool_w
                 code = window_summary(win, affine_sign(gamma[c], scale[c]), sums[i % THREADS])
                 launch.write_window(b, c, wr, wc, code)
             for i in range(slice_ * b.tail_cells):
                 channel, cell = divmod(i, b.tail_cells)
-                sums[i % THREADS].add([conv[b.n, g_first + channel][b.tail_cell(cell)]])
+                sums[i % THREADS].add([conv[b.n, g_first + channel][b.tail_cell(cell)] + bias[g_first + channel]])
             for i in range(slice_ * b.bottom_cells):
                 channel, cell = divmod(i, b.bottom_cells)
-                sums[i % THREADS].add([conv[b.n, g_first + channel].ravel()[b.pooled_rows * conv.shape[3] + cell]])
+                value = conv[b.n, g_first + channel].ravel()[b.pooled_rows * conv.shape[3] + cell]
+                sums[i % THREADS].add([value + bias[g_first + channel]])
             mom = (0, 0.0, 0.0)
             for t in sums:
                 mom = merge(mom, t.moments())
@@ -183,7 +185,7 @@ def pool_stats_from_conv(conv, groups, gamma, scale, pool, sms=132, nhwc=False):
     return launch.result()
 
 
-def pool_stats_from_nhwc_conv(conv, groups, gamma, scale, pool, sms):
+def pool_stats_from_nhwc_conv(conv, bias, groups, gamma, scale, pool, sms):
     """pool_stats_from_nhwc_conv_kernel: with tc the tile's channels and V channels a thread (4 where the channels
     are whole vectors of 4, the host's choice; else 1), thread t takes channels c_first + V (t % (tc / V)) ... + V - 1
     and every rows-th window from t // (tc / V) (rows = THREADS // (tc / V); threads past them idle); then the warp
@@ -210,14 +212,14 @@ def pool_stats_from_nhwc_conv(conv, groups, gamma, scale, pool, sms):
                     wr = b.first_window_row + q
                     first = image + wr * pool_h * row_stride + wc * pool_w * pixel_stride
                     win = np.array([nhwc[first + r * row_stride + k * pixel_stride]
-                                    for r in range(pool_h) for k in range(pool_w)])
+                                    for r in range(pool_h) for k in range(pool_w)]) + bias[c]
                     code = window_summary(win, affine_sign(gamma[c], scale[c]), sums)
                     launch.write_window(b, c, wr, wc, code)
                 for i in range(row, b.tail_cells, rows):
                     r, col = b.tail_cell(i)
-                    sums.add([nhwc[image + r * row_stride + col * pixel_stride]])
+                    sums.add([nhwc[image + r * row_stride + col * pixel_stride] + bias[c]])
                 for i in range(row, b.bottom_cells, rows):
-                    sums.add([nhwc[image + b.pooled_rows * row_stride + i * pixel_stride]])
+                    sums.add([nhwc[image + b.pooled_rows * row_stride + i * pixel_stride] + bias[c]])
             index = row * tile_channels + lane * vector + v
             assert index < THREADS * vector, "past the kernel's summaries array"
             summaries[index] = sums.moments()
@@ -311,12 +313,13 @@ PROBLEMS = [  # (images, channels, groups, conv_h, conv_w, pool, sms): channel t
 def main():
     rng = np.random.default_rng(0)
     for n_img, channels, groups, conv_h, conv_w, pool, sms in PROBLEMS:
-        conv = rng.normal(3.0, 2.0, (n_img, channels, conv_h, conv_w)) + rng.normal(0, 5, (1, channels, 1, 1))
+        conv = rng.normal(3.0, 2.0, (n_img, channels, conv_h, conv_w))
+        bias = rng.normal(0, 5, channels)  # channel means apart, as a conv bias makes them
         gamma, beta = rng.normal(0, 1, channels), rng.normal(0, 1, channels)
         scale = rng.uniform(-2, 2, channels)
-        ref = reference(conv, groups, gamma, beta, scale, 1e-5, pool, -0.7, 0.9)
+        ref = reference(conv + bias[:, None, None], groups, gamma, beta, scale, 1e-5, pool, -0.7, 0.9)
         for nhwc in (False, True):
-            extremum, partials, tiling = pool_stats_from_conv(conv, groups, gamma, scale, pool, sms, nhwc)
+            extremum, partials, tiling = pool_stats_from_conv(conv, bias, groups, gamma, scale, pool, sms, nhwc)
             out = finalize(extremum, partials, tiling, groups, gamma, beta, scale, 1e-5, -0.7, 0.9, sms)
             err = np.abs(out - ref).max()  # NaN where a window was never written
             splits = finalize_splits(n_img, groups, *extremum.shape[2:], sms)

@@ -110,6 +110,12 @@ __device__ __forceinline__ float affine_sign(const ConvPoolParams& p, int c) {
   return affine_sign(p.gamma ? load_float<T>(p.gamma, c) : 1.f, load_float<T>(p.scale, p.scale_per_channel ? c : 0));
 }
 
+// Channel c's conv bias (0 without one).
+template <typename T>
+__device__ __forceinline__ float conv_bias(const ConvPoolParams& p, int c) {
+  return p.bias ? load_float<T>(p.bias, c) : 0.f;
+}
+
 // The factor a kernel multiplies channel c's conv values by so that its pooling is a max: the sign, and +1 for sign
 // 0 (whose windows record sign classes, sign_classes, of the unfolded values).
 __device__ __forceinline__ float sign_fold(float sign) {

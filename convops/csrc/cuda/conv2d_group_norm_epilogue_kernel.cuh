@@ -1,8 +1,11 @@
-// The mixed path of convops::conv2d_group_norm_scale_max_pool_clamp: ATen's convolution (eager's own in the input's
-// layout, so its values are eager's in every precision mode; on a channels-last copy, cuDNN's NHWC algorithms, within
-// the op's tolerances rather than bitwise eager's), then this kernel in place of the fused kernels' first one. One read of the
-// convolution output gives each pool window's extremum, encoded as the fused kernels encode it, and each group's
-// moments per band of rows: the inputs of finalize_kernel, which writes the output. Where the fused kernels do not pay
+// The mixed path of convops::conv2d_group_norm_scale_max_pool_clamp: ATen's convolution without its bias (eager's own in
+// the input's layout, so its values are eager's in every precision mode; on a channels-last copy, cuDNN's NHWC
+// algorithms, within the op's tolerances rather than bitwise eager's), then this kernel in place of the fused kernels'
+// first one. One read of the convolution output gives each pool window's extremum, encoded as the fused kernels encode
+// it, and each group's moments per band of rows: the inputs of finalize_kernel, which writes the output. The kernel
+// adds the conv bias to each value as it reads it, in fp32 (eager's fp32 sum, bit for bit; in 16-bit the sum is not
+// rounded to 16 bits): ATen adds a bias in a pass of its own over the convolution output, which took 10-17 us of the
+// mixed path's 60-110 on the bench's blocks (H200, 2026-11-28). Where the fused kernels do not pay
 // (more input channels than their tiles serve well; cuDNN's TF32 convolution where TF32 is allowed), this replaces
 // the ATen composition's GroupNorm, scale, pooling and clamp passes over the convolution output by one pass and a
 // small second kernel.
@@ -61,7 +64,7 @@ struct Band {
 };
 
 // One pool window of V adjacent channels (V = 1 in NCHW; 4 from a channels-last output whose channels are whole
-// vectors): per channel, its values added to the thread's shifted sums, and its extremum as the fused kernels encode
+// vectors): per channel, its values (each plus the channel's conv bias) added to the thread's shifted sums, and its extremum as the fused kernels encode
 // it: the encoded max of sign * x (a max.NaN a value, one encoding a window), or for sign 0 the window's sign
 // classes. `win` points at its first element, channel 0 of the V; `row` and `col` are the element strides between
 // its rows and columns. kPool > 0: a kPool x kPool window whose loads are issued before the arithmetic, in batches
@@ -69,7 +72,8 @@ struct Band {
 // 8.4 MB in 16 us, 0.5 TB/s, on an 8-image block; H200, 2026-11-28); 0: the extents in p, a load at a time.
 template <typename T, int kPool, int V>
 __device__ __forceinline__ void window_summaries(const ConvPoolParams& p, const T* win, int64_t row, int64_t col,
-                                                 const float (&sign)[V], ShiftedSums (&sums)[V], uint32_t (&code)[V]) {
+                                                 const float (&sign)[V], const float (&bias)[V], ShiftedSums (&sums)[V],
+                                                 uint32_t (&code)[V]) {
   using Vec = AlignedVector<T, V>;
   const auto load = [&](int r, int c) { return *reinterpret_cast<const Vec*>(win + r * row + c * col); };
   float fold[V], top[V];
@@ -80,7 +84,7 @@ __device__ __forceinline__ void window_summaries(const ConvPoolParams& p, const 
   const auto start = [&](const Vec& x) {
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-      const float value = static_cast<float>(x.v[v]);
+      const float value = static_cast<float>(x.v[v]) + bias[v];
       sums[v].begin(value);
       top[v] = fold[v] * value;
       classes[v] = 0u;
@@ -114,7 +118,7 @@ __device__ __forceinline__ void window_summaries(const ConvPoolParams& p, const 
     }
   };
   const auto add_value = [&](const Vec& x, int v) {
-    const float value = static_cast<float>(x.v[v]);
+    const float value = static_cast<float>(x.v[v]) + bias[v];
     sums[v].add(value);
     top[v] = max_nan(top[v], fold[v] * value);
     return value;
@@ -138,12 +142,13 @@ __device__ __forceinline__ void window_summaries(const ConvPoolParams& p, const 
   }
 }
 
-// A cell outside every window (right of them, or in the rows below): its value counts in the moments only.
+// A cell outside every window (right of them, or in the rows below): its value (plus the conv bias) counts in the
+// moments only.
 template <int V, typename Vec>
-__device__ __forceinline__ void add_cell(ShiftedSums (&sums)[V], const Vec& x) {
+__device__ __forceinline__ void add_cell(ShiftedSums (&sums)[V], const float (&bias)[V], const Vec& x) {
 #pragma unroll
   for (int v = 0; v < V; ++v) {
-    const float value = static_cast<float>(x.v[v]);
+    const float value = static_cast<float>(x.v[v]) + bias[v];
     sums[v].begin(value);
     sums[v].add(value);
     sums[v].add_count(1.f);
@@ -170,11 +175,14 @@ __global__ void __launch_bounds__(kThreads, 4)
     pool_stats_from_conv_kernel(const ConvPoolParams p, const T* __restrict__ conv, int band_windows) {
   constexpr int kWarps = kThreads / 32;
   __shared__ float warp_moments[kTileN + 1][kWarps][3];  // [local group][warp]: a tile meets <= kTileN + 1 groups
-  __shared__ float tile_sign[kTileN];
+  __shared__ float tile_sign[kTileN], tile_bias[kTileN];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const Band b(p, band_windows);
   const int64_t plane = static_cast<int64_t>(p.conv_h) * p.conv_w;
-  if (tid < b.c_end - b.c_first) tile_sign[tid] = affine_sign<T>(p, b.c_first + tid);
+  if (tid < b.c_end - b.c_first) {
+    tile_sign[tid] = affine_sign<T>(p, b.c_first + tid);
+    tile_bias[tid] = conv_bias<T>(p, b.c_first + tid);
+  }
   __syncthreads();
   const int cpg = p.channels_per_group;
   // A group's channels of this tile at a time, the threads spread over (channel, window) with the windows of a
@@ -192,18 +200,22 @@ __global__ void __launch_bounds__(kThreads, 4)
       const T* win = group_planes + channel * plane + static_cast<int64_t>(wr) * p.pool_h * p.conv_w +
                      static_cast<int64_t>(wc) * p.pool_w;
       const float sign[1] = {tile_sign[g_first - b.c_first + channel]};
+      const float bias[1] = {tile_bias[g_first - b.c_first + channel]};
       uint32_t code[1];
-      window_summaries<T, kPool, 1>(p, win, p.conv_w, 1, sign, sums, code);
+      window_summaries<T, kPool, 1>(p, win, p.conv_w, 1, sign, bias, sums, code);
       *extremum_at(p, b.n, g_first + channel, wr, wc) = code[0];
     }
     using One = AlignedVector<T, 1>;
     for (int i = tid; i < slice * b.tail_cells; i += kThreads) {
-      const T* y = group_planes + (i / b.tail_cells) * plane;
-      add_cell(sums, One{{y[b.tail_cell(i % b.tail_cells, p.conv_w, 1)]}});
+      const int channel = i / b.tail_cells;
+      const float bias[1] = {tile_bias[g_first - b.c_first + channel]};
+      add_cell(sums, bias, One{{group_planes[channel * plane + b.tail_cell(i % b.tail_cells, p.conv_w, 1)]}});
     }
     for (int i = tid; i < slice * b.bottom_cells; i += kThreads) {
-      const T* y = group_planes + (i / b.bottom_cells) * plane;
-      add_cell(sums, One{{y[static_cast<int64_t>(b.pooled_rows) * p.conv_w + i % b.bottom_cells]}});
+      const int channel = i / b.bottom_cells;
+      const float bias[1] = {tile_bias[g_first - b.c_first + channel]};
+      add_cell(sums, bias,
+               One{{group_planes[channel * plane + static_cast<int64_t>(b.pooled_rows) * p.conv_w + i % b.bottom_cells]}});
     }
     const Moments warp_total = merge_warp(sums[0].moments());
     if (lane == 0) {
@@ -243,9 +255,9 @@ __global__ void __launch_bounds__(kThreads, V > 1 ? 2 : kCtasPerSm)
   ShiftedSums sums[V];
   if (row < rows) {
     const T* image = conv + static_cast<int64_t>(b.n) * p.conv_h * row_stride + c;
-    float sign[V];
+    float sign[V], bias[V];
 #pragma unroll
-    for (int v = 0; v < V; ++v) sign[v] = affine_sign<T>(p, c + v);
+    for (int v = 0; v < V; ++v) sign[v] = affine_sign<T>(p, c + v), bias[v] = conv_bias<T>(p, c + v);
     for (int i = row; i < b.windows; i += rows) {
       int q;
       const int wc = p.pooled_w_div.divmod(i, q);
@@ -253,14 +265,16 @@ __global__ void __launch_bounds__(kThreads, V > 1 ? 2 : kCtasPerSm)
       const T* win = image + static_cast<int64_t>(wr) * p.pool_h * row_stride +
                      static_cast<int64_t>(wc) * p.pool_w * pixel_stride;
       uint32_t code[V];
-      window_summaries<T, kPool, V>(p, win, row_stride, pixel_stride, sign, sums, code);
+      window_summaries<T, kPool, V>(p, win, row_stride, pixel_stride, sign, bias, sums, code);
 #pragma unroll
       for (int v = 0; v < V; ++v) *extremum_at(p, b.n, c + v, wr, wc) = code[v];
     }
     const auto cell = [&](int64_t offset) { return *reinterpret_cast<const Vec*>(image + offset); };
-    for (int i = row; i < b.tail_cells; i += rows) add_cell(sums, cell(b.tail_cell(i, row_stride, pixel_stride)));
+    for (int i = row; i < b.tail_cells; i += rows) {
+      add_cell(sums, bias, cell(b.tail_cell(i, row_stride, pixel_stride)));
+    }
     for (int i = row; i < b.bottom_cells; i += rows) {
-      add_cell(sums, cell(b.pooled_rows * row_stride + i * pixel_stride));
+      add_cell(sums, bias, cell(b.pooled_rows * row_stride + i * pixel_stride));
     }
   }
 #pragma unroll

@@ -384,12 +384,13 @@ bool mixed_fits(const ConvGnPoolGeometry& g) {
          most_bands < kLimit / (g.batch * cuda::ceil_div<int64_t>(g.out_channels, kTileN));  // the grid
 }
 
-// The mixed path into `out`: ATen's convolution (as the ATen chain and eager run it), then
+// The mixed path into `out`: ATen's convolution without its bias (as the ATen chain and eager run it), then
 // pool_stats_from_conv_kernel (NCHW) or pool_stats_from_nhwc_conv_kernel (channels-last, as ATen's convolution
-// returns it for a channels-last input), and finalize_kernel.
+// returns it for a channels-last input), which add the bias to each value they read, and finalize_kernel.
 template <typename T>
-void run_mixed(const at::Tensor& conv_output, const std::optional<at::Tensor>& gn_weight,
-               const std::optional<at::Tensor>& gn_bias, double eps, const at::Tensor& scale,
+void run_mixed(const at::Tensor& conv_output, const std::optional<at::Tensor>& bias,
+               const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias, double eps,
+               const at::Tensor& scale,
                std::optional<double> clamp_min, std::optional<double> clamp_max, const ConvGnPoolGeometry& g,
                at::Tensor& out) {
   const bool nhwc = !conv_output.is_contiguous() && conv_output.is_contiguous(at::MemoryFormat::ChannelsLast);
@@ -399,9 +400,10 @@ void run_mixed(const at::Tensor& conv_output, const std::optional<at::Tensor>& g
   const bool vectors = nhwc && g.out_channels % kVector == 0 &&
                        reinterpret_cast<uintptr_t>(conv.const_data_ptr()) % (kVector * sizeof(T)) == 0;
   const MixedTiling t = mixed_tiling(g, nhwc, vectors ? kVector : 1);
-  const ChannelVectors v = channel_vectors(std::nullopt, gn_weight, gn_bias, scale);
+  const ChannelVectors v = channel_vectors(bias, gn_weight, gn_bias, scale);
   ConvPoolParams p{};
   set_pool_norm_params(p, g, v, eps, clamp_min, clamp_max, out);
+  p.bias = data_or_null(v.bias);
   p.channel_tiles = static_cast<int>(t.channel_tiles);
   p.spatial_tiles = static_cast<int>(t.bands);
   p.local_groups = local_groups(g);
@@ -477,16 +479,17 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
   // The mixed path with ATen's convolution of `x`: the input, or a channels-last copy of it, on which cuDNN runs its
   // NHWC kernels without the NCHW -> NHWC and NHWC -> NCHW copies it makes around them for an NCHW input (the larger
   // one, of the convolution's output, is what Inductor's channels-last graph saves), and the NHWC stats kernel reads
-  // the output where it lies. The output is written in the input's layout either way.
+  // the output where it lies. The output is written in the input's layout either way. The conv bias goes to the stats
+  // kernels (run_mixed), not to ATen, which would add it in a pass of its own over the convolution output.
   const auto mixed_on = [&](const at::Tensor& x) {
     at::Tensor out = empty_output(input, {g.batch, g.out_channels, g.pooled_h, g.pooled_w});
-    const at::Tensor conv = at::convolution(x, weight, bias, stride, padding, dilation, false, {0, 0}, 1);
+    const at::Tensor conv = at::convolution(x, weight, std::nullopt, stride, padding, dilation, false, {0, 0}, 1);
     if (dtype == at::kBFloat16) {
-      run_mixed<c10::BFloat16>(conv, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, out);
+      run_mixed<c10::BFloat16>(conv, bias, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, out);
     } else if (dtype == at::kHalf) {
-      run_mixed<c10::Half>(conv, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, out);
+      run_mixed<c10::Half>(conv, bias, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, out);
     } else {
-      run_mixed<float>(conv, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, out);
+      run_mixed<float>(conv, bias, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, out);
     }
     return out;
   };

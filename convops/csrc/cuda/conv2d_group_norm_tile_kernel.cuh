@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kThreads, 3) conv_pool_stats_kernel(const Conv
   for (int i = tid; i < kTileN; i += kThreads) {
     const int co = co0 + i;
     s_sign[i] = co < p.out_channels ? affine_sign<T>(p, co) : 1.f;
-    s_bias[i] = (co < p.out_channels && p.bias) ? load_float<T>(p.bias, co) : 0.f;
+    s_bias[i] = co < p.out_channels ? conv_bias<T>(p, co) : 0.f;
   }
   const int k_pad = p.k_chunk_padded - p.k_chunk;
   for (int i = tid; i < kTileN * k_pad; i += kThreads) wts[(i / k_pad) * p.weight_ld + p.k_chunk + i % k_pad] = 0.f;

@@ -308,7 +308,7 @@ __device__ __forceinline__ void load_weights(const ConvPoolParams& p, uint32_t* 
     const float fold = sign_fold(sign[nn]);
     if (co >= p.out_channels) return 0.f;
     if (tap >= P::kTaps) {  // the pad tap: zero, or the bias (Patch::kBiasInPadTap)
-      return P::kBiasInPadTap && c == 0 && p.bias != nullptr ? fold * load_float<T>(p.bias, co) : 0.f;
+      return P::kBiasInPadTap && c == 0 ? fold * conv_bias<T>(p, co) : 0.f;
     }
     if (c >= p.in_channels) return 0.f;
     return fold * load_float<T>(p.weight, co * p.w_stride[0] + c * p.w_stride[1] + (tap / KW) * p.w_stride[2] +
@@ -456,7 +456,7 @@ __global__ void __launch_bounds__(Warps<kMode>::kThreads, Warps<kMode>::kCtasPer
     const float sign = co < p.out_channels ? affine_sign<T>(p, co) : 1.f;
     s_sign[i] = sign;
     if constexpr (!P::kBiasInPadTap) {
-      s_bias[i] = (co < p.out_channels && p.bias) ? sign_fold(sign) * load_float<T>(p.bias, co) : 0.f;
+      s_bias[i] = co < p.out_channels ? sign_fold(sign) * conv_bias<T>(p, co) : 0.f;
     }
   }
   __syncthreads();
