@@ -27,7 +27,7 @@ def cdiv(a, b):
 THREADS = 256
 
 
-CTAS_PER_SM = 4
+CTAS_PER_SM, VECTOR_CTAS_PER_SM = 4, 2  # the stats kernels' (kCtasPerSm, kVectorCtasPerSm)
 
 
 FINALIZE_UNROLL = 4  # finalize_kernel's kUnroll
@@ -37,7 +37,7 @@ def mixed_tiling(batch, out_channels, cpg, pooled_h, pooled_w, nhwc, sms=132, ve
     channel_tiles = cdiv(out_channels, TILE_N)
     if pooled_h == 0 or pooled_w == 0:
         return channel_tiles, 1, pooled_h
-    wanted = cdiv(CTAS_PER_SM * sms, batch * channel_tiles)
+    wanted = cdiv((VECTOR_CTAS_PER_SM if vector > 1 else CTAS_PER_SM) * sms, batch * channel_tiles)
     for_grid = cdiv(pooled_h, min(max(wanted, 1), pooled_h))
     windows_a_channel = cdiv(THREADS, min(out_channels if nhwc else cpg, TILE_N) // vector)
     for_threads = cdiv(windows_a_channel, pooled_w)

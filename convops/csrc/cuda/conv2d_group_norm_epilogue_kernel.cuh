@@ -28,7 +28,9 @@ namespace cuda {
 namespace gn_pool {
 namespace epilogue {
 
-constexpr int kCtasPerSm = 4;  // what the host's band split aims at (mixed_tiling)
+// CTAs an SM of the stats kernels (their launch bounds), which the host's band split aims at (mixed_tiling): the NCHW
+// kernel and the NHWC one a channel a thread, and the NHWC one in vectors of 4 channels.
+constexpr int kCtasPerSm = 4, kVectorCtasPerSm = 2;
 
 // What a CTA covers: image n, channel tile ct (channels [c_first, c_end)), and band `band` of pool-window rows
 // ([first_window_row, + window_rows)); the cells right of its windows and, in the last band, the rows below every
@@ -242,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, 4)
 // between a warp's instructions, 42% of them waiting on L1TEX).
 // Vectors take 2 CTAs an SM (128 registers): at 3 (80) ptxas spilled the fp32 3 x 3 and the run-time windows.
 template <typename T, int kPool, int V>
-__global__ void __launch_bounds__(kThreads, V > 1 ? 2 : kCtasPerSm)
+__global__ void __launch_bounds__(kThreads, V > 1 ? kVectorCtasPerSm : kCtasPerSm)
     pool_stats_from_nhwc_conv_kernel(const ConvPoolParams p, const T* __restrict__ conv, int band_windows) {
   __shared__ float summaries[kThreads * V][3];  // channel c of thread row r at r * tile_channels + c (pitch 3 floats)
   const int tid = threadIdx.x;
