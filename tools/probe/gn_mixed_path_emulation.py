@@ -270,13 +270,20 @@ def finalize(extremum, partials, tiling, groups, gamma, beta, scale, eps, lo, hi
             for y in range(splits):  # each CTA's share: per thread, windows from tid + y * THREADS by THREADS * splits
                 for tid in range(THREADS):
                     first, step = tid + y * THREADS, THREADS * splits
-                    per_channel = cdiv(plane - first, step) if first < plane else 0
                     for chunk in range(0, cpg, THREADS):  # channels whose parameters fit in shared memory
-                        total = min(THREADS, cpg - chunk) * per_channel
-                        for j0 in range(0, total, FINALIZE_UNROLL):
-                            for j in range(j0, min(j0 + FINALIZE_UNROLL, total)):
-                                local, k = divmod(j, per_channel)
-                                c, i = grp * cpg + chunk + local, first + k * step
+                        channels = min(THREADS, cpg - chunk)
+                        # The kernel's walk: channel `local` of the chunk at position `at`, FINALIZE_UNROLL at a time.
+                        local, at = (0 if first < plane else channels), first
+                        while local < channels:
+                            batch = []
+                            for _ in range(FINALIZE_UNROLL):
+                                if local < channels:
+                                    batch.append((local, at))
+                                    at += step
+                                    if at >= plane:
+                                        at, local = first, local + 1
+                            for lc, i in batch:
+                                c = grp * cpg + chunk + lc
                                 row, col = divmod(i, pooled_w)
                                 assert np.isnan(out[n, c, row, col]), f"a window written twice: image {n} channel {c}"
                                 out[n, c, row, col] = z[c][i]

@@ -1,14 +1,16 @@
-// The mixed path of convops::conv2d_group_norm_scale_max_pool_clamp: ATen's convolution without its bias (eager's own in
-// the input's layout, so its values are eager's in every precision mode; on a channels-last copy, cuDNN's NHWC
-// algorithms, within the op's tolerances rather than bitwise eager's), then this kernel in place of the fused kernels'
-// first one. One read of the convolution output gives each pool window's extremum, encoded as the fused kernels encode
-// it, and each group's moments per band of rows: the inputs of finalize_kernel, which writes the output. The kernel
-// adds the conv bias to each value as it reads it, in fp32 (eager's fp32 sum, bit for bit; in 16-bit the sum is not
-// rounded to 16 bits): ATen adds a bias in a pass of its own over the convolution output, which took 10-17 us of the
-// mixed path's 60-110 on the bench's blocks (H200, 2026-11-28). Where the fused kernels do not pay
-// (more input channels than their tiles serve well; cuDNN's TF32 convolution where TF32 is allowed), this replaces
-// the ATen composition's GroupNorm, scale, pooling and clamp passes over the convolution output by one pass and a
-// small second kernel.
+// The mixed path of convops::conv2d_group_norm_scale_max_pool_clamp: ATen's convolution without its bias (eager's own
+// in the input's layout, so its values are eager's in every precision mode; on a channels-last copy, cuDNN's NHWC
+// algorithms, within the op's tolerances rather than bitwise eager's), then this kernel in place of the fused
+// kernels' first one. One read of the convolution output gives each pool window's extremum, encoded as the fused
+// kernels encode it, and each group's moments per band of rows: the inputs of finalize_kernel, which writes the
+// output. Where the fused kernels do not pay (more input channels than their tiles serve well; cuDNN's TF32
+// convolution where TF32 is allowed), this replaces the ATen composition's GroupNorm, scale, pooling and clamp passes
+// over the convolution output by one pass and a small second kernel.
+//
+// The conv bias: this kernel adds it to each value as it reads it, in fp32. After cuDNN, ATen adds a bias in a pass of
+// its own over the convolution output (10-17 us of the mixed path's 60-110 on the bench's blocks, H200 2026-11-28),
+// rounding the sum to the output's dtype: in fp32 the sums here are eager's bit for bit; in 16-bit they are not
+// rounded to 16 bits (closer to exact; an fp16 sum past 65504, Inf in eager, stays finite here).
 //
 // Work split: a CTA per (image, channel tile of kTileN channels, band of pool-window rows); the last band also takes
 // the rows no window holds, which count in the statistics. Each CTA writes every group's (count, mean, M2) for its
@@ -66,12 +68,13 @@ struct Band {
 };
 
 // One pool window of V adjacent channels (V = 1 in NCHW; 4 from a channels-last output whose channels are whole
-// vectors): per channel, its values (each plus the channel's conv bias) added to the thread's shifted sums, and its extremum as the fused kernels encode
-// it: the encoded max of sign * x (a max.NaN a value, one encoding a window), or for sign 0 the window's sign
-// classes. `win` points at its first element, channel 0 of the V; `row` and `col` are the element strides between
-// its rows and columns. kPool > 0: a kPool x kPool window whose loads are issued before the arithmetic, in batches
-// of whole rows (kBatchRows): with the extents read from p, each load waited for in turn (the NHWC kernel read
-// 8.4 MB in 16 us, 0.5 TB/s, on an 8-image block; H200, 2026-11-28); 0: the extents in p, a load at a time.
+// vectors): per channel, its values (each plus the channel's conv bias) added to the thread's shifted sums, and its
+// extremum as the fused kernels encode it: the encoded max of sign * x (a max.NaN a value, one encoding a window), or
+// for sign 0 the window's sign classes. `win` points at its first element, channel 0 of the V; `row` and `col` are the
+// element strides between its rows and columns. kPool > 0: a kPool x kPool window whose loads are issued before the
+// arithmetic, in batches of whole rows (kBatchRows): with the extents read from p, each load waited for in turn (the
+// NHWC kernel read 8.4 MB in 16 us, 0.5 TB/s, on an 8-image block; H200, 2026-11-28); 0: the extents in p, a load at a
+// time.
 template <typename T, int kPool, int V>
 __device__ __forceinline__ void window_summaries(const ConvPoolParams& p, const T* win, int64_t row, int64_t col,
                                                  const float (&sign)[V], const float (&bias)[V], ShiftedSums (&sums)[V],
@@ -173,7 +176,7 @@ __device__ __forceinline__ uint32_t* extremum_at(const ConvPoolParams& p, int n,
 // loads; one barrier at the end, then a warp a group merges the warps' summaries (a merge of the whole CTA a group,
 // two barriers each, kept the loads of one group in flight at a time).
 template <typename T, int kPool>
-__global__ void __launch_bounds__(kThreads, 4)
+__global__ void __launch_bounds__(kThreads, kCtasPerSm)
     pool_stats_from_conv_kernel(const ConvPoolParams p, const T* __restrict__ conv, int band_windows) {
   constexpr int kWarps = kThreads / 32;
   __shared__ float warp_moments[kTileN + 1][kWarps][3];  // [local group][warp]: a tile meets <= kTileN + 1 groups
@@ -217,7 +220,8 @@ __global__ void __launch_bounds__(kThreads, 4)
       const int channel = i / b.bottom_cells;
       const float bias[1] = {tile_bias[g_first - b.c_first + channel]};
       add_cell(sums, bias,
-               One{{group_planes[channel * plane + static_cast<int64_t>(b.pooled_rows) * p.conv_w + i % b.bottom_cells]}});
+               One{{group_planes[channel * plane + static_cast<int64_t>(b.pooled_rows) * p.conv_w +
+                                 i % b.bottom_cells]}});
     }
     const Moments warp_total = merge_warp(sums[0].moments());
     if (lane == 0) {

@@ -11,9 +11,9 @@
 // Signs are read on the device, so nothing waits on the host. Under the path choice (cuda/path_choice.cuh) the op
 // runs one of:
 //   - "convops": those two kernels where they apply (the window kernel, else the tile kernel), else the mixed path;
-//   - "mixed": ATen's convolution (eager's own), then pool_stats_from_conv_kernel or its NHWC twin
-//     (conv2d_group_norm_epilogue_kernel.cuh) in place of kernel 1: one read of the convolution output, and the same
-//     finalize_kernel;
+//   - "mixed": ATen's convolution (eager's own, without its bias, which the stats kernels add), then
+//     pool_stats_from_conv_kernel or its NHWC twin (conv2d_group_norm_epilogue_kernel.cuh) in place of kernel 1: one
+//     read of the convolution output, and the same finalize_kernel;
 //   - "aten": the ATen chain (composite), also what float64 and problems past the kernels' index limits run.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
