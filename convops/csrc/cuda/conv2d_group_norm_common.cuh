@@ -82,6 +82,7 @@ struct ConvPoolParams {
                           // kernel's rows are whole 16-byte vectors)
   int ext_w;
   float4* partials;       // (N, channel_tiles, spatial_tiles, local_groups): (count, mean, M2, unused)
+  float2* group_stats;    // (N, num_groups): (mean, rstd), from group_stats_kernel where it runs
   // Kernel 2.
   void* output;
   int64_t out_stride[4];

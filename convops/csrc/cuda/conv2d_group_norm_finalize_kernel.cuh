@@ -1,10 +1,11 @@
-// Kernel 2 of convops::conv2d_group_norm_scale_max_pool_clamp: a row of CTAs per (image, group), each CTA merging the
-// group's per-tile moments (Chan), then turning its share of each channel's pooled windows (the plane split over
-// gridDim.y) into the output clamp((a v + b) * s, lo, hi), GroupNorm's affine in ATen's form (a = rstd * gamma,
-// b = -a * mean + beta), v = sign_c * decoded max of sign_c * conv. The kernel is bound by the latency of its loads
-// (a few MB on the sweep's blocks): the channels' parameters are read into shared memory while the moments merge,
-// and the windows go kUnroll at a time, every code loaded before any output is written (a channel at a time, each
-// window waiting for its parameters and then its code, took 7.9 us on an 8-image block; H200, 2026-11-28).
+// Kernel 2 of convops::conv2d_group_norm_scale_max_pool_clamp: a row of CTAs per (image, group), each CTA merging
+// the group's per-tile moments (Chan; or reading the group's (mean, rstd) that group_stats_kernel merged once), then
+// turning its share of each channel's pooled windows (the plane split over gridDim.y) into the output clamp((a v +
+// b) * s, lo, hi), GroupNorm's affine in ATen's form (a = rstd * gamma, b = -a * mean + beta), v = sign_c * decoded
+// max of sign_c * conv. The kernel is bound by the latency of its loads (a few MB on the sweep's blocks): the
+// channels' parameters are read into shared memory while the moments merge, and the windows go kUnroll at a time,
+// every code loaded before any output is written (a channel at a time, each window waiting for its parameters and
+// then its code, took 7.9 us on an 8-image block; H200, 2026-11-28).
 #pragma once
 
 #include "cuda/conv2d_group_norm_common.cuh"
@@ -13,7 +14,46 @@ namespace convops {
 namespace cuda {
 namespace gn_pool {
 
-template <typename T>
+// A thread's share of an (image, group)'s partial moments, Chan-merged: slots first, first + stride, ... of the
+// group's (channel tile, band or spatial tile) slots, the layout kernel 1 writes.
+__device__ __forceinline__ Moments group_partials(const ConvPoolParams& p, int cpg, int n, int grp, int first,
+                                                  int stride) {
+  // The channel tiles holding part of this group, and the group's slot in each.
+  const int tile_lo = grp * cpg / kTileN, tile_hi = ((grp + 1) * cpg - 1) / kTileN;
+  const int slots = (tile_hi - tile_lo + 1) * p.spatial_tiles;  // < channel_tiles * spatial_tiles < 2^30 (fits_int32)
+  Moments mom{0.f, 0.f, 0.f};
+  for (int i = first; i < slots; i += stride) {
+    const int ct = tile_lo + i / p.spatial_tiles, st = i % p.spatial_tiles;
+    const int lg = grp - ct * kTileN / cpg;
+    const float4 part =
+        p.partials[((static_cast<int64_t>(n) * p.channel_tiles + ct) * p.spatial_tiles + st) * p.local_groups + lg];
+    mom.merge(part.x, part.y, part.z);
+  }
+  return mom;
+}
+
+// A group's (mean, rstd) from its merged moments. A rounding-negative variance becomes 0; a NaN one (Inf or NaN among
+// the conv outputs) must stay NaN, as in ATen, which fmaxf would turn into 0.
+__device__ __forceinline__ float2 mean_rstd(const Moments& total, float eps) {
+  const float var = total.m2 / total.count;
+  return make_float2(total.mean, rsqrtf((var < 0.f ? 0.f : var) + eps));
+}
+
+// (mean, rstd) of every (image, group), a warp each, into p.group_stats: merged once, so that finalize_kernel's CTAs
+// of a group (gridDim.y of them) do not each merge the same slots, and none waits on a merge and two barriers before
+// its window codes load.
+__global__ void __launch_bounds__(kThreads) group_stats_kernel(const ConvPoolParams p) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + warp;
+  if (item >= static_cast<int64_t>(p.batch) * p.num_groups) return;  // whole warps: merge_warp shuffles all lanes
+  const int n = static_cast<int>(item / p.num_groups), grp = static_cast<int>(item % p.num_groups);
+  const Moments total = merge_warp(group_partials(p, p.channels_per_group, n, grp, lane, 32));
+  if (lane == 0) p.group_stats[item] = mean_rstd(total, p.eps);
+}
+
+// kGroupStats: the groups' (mean, rstd) come from group_stats_kernel (p.group_stats); else each CTA merges its
+// group's moments itself.
+template <typename T, bool kGroupStats>
 __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams p) {
   constexpr int kUnroll = 4;
   __shared__ float s_count[kThreads / 32], s_mean[kThreads / 32], s_m2[kThreads / 32];  // a warp's
@@ -35,37 +75,32 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams
   };
   load_parameters(0);
 
-  // The channel tiles holding part of this group, and the group's slot in each.
-  const int tile_lo = grp * cpg / kTileN, tile_hi = ((grp + 1) * cpg - 1) / kTileN;
-  const int slots = (tile_hi - tile_lo + 1) * p.spatial_tiles;  // < channel_tiles * spatial_tiles < 2^30 (fits_int32)
-  Moments mom{0.f, 0.f, 0.f};
-  for (int i = tid; i < slots; i += kThreads) {
-    const int ct = tile_lo + i / p.spatial_tiles, st = i % p.spatial_tiles;
-    const int lg = grp - ct * kTileN / cpg;
-    const float4 part =
-        p.partials[((static_cast<int64_t>(n) * p.channel_tiles + ct) * p.spatial_tiles + st) * p.local_groups + lg];
-    mom.merge(part.x, part.y, part.z);
-  }
-  // The CTA's merge: each warp's by shuffles, then the warps' by warp 0 (two barriers; a shared-memory tree took
-  // nine, and barrier stalls were 1.7 of the 9.2 cycles between a warp's instructions; ncu, H200, 2026-11-28).
-  constexpr int kWarps = kThreads / 32;
-  const int warp = tid / 32, lane = tid % 32;
-  mom = merge_warp(mom);
-  if (lane == 0) s_count[warp] = mom.count, s_mean[warp] = mom.mean, s_m2[warp] = mom.m2;
-  __syncthreads();
-  if (warp == 0) {
-    const Moments total =
-        merge_warp(lane < kWarps ? Moments{s_count[lane], s_mean[lane], s_m2[lane]} : Moments{0.f, 0.f, 0.f});
-    if (lane == 0) {
-      s_stats[0] = total.mean;
-      // A rounding-negative variance becomes 0; a NaN one (Inf or NaN among the conv outputs) must stay NaN, as in
-      // ATen, which fmaxf would turn into 0.
-      const float var = total.m2 / total.count;
-      s_stats[1] = rsqrtf((var < 0.f ? 0.f : var) + p.eps);
+  // The group's (mean, rstd).
+  const float2 stats = [&] {
+    if constexpr (kGroupStats) {
+      const float2 merged = p.group_stats[item];
+      __syncthreads();  // the parameters
+      return merged;
     }
-  }
-  __syncthreads();
-  const float mean = s_stats[0], rstd = s_stats[1];
+    // The CTA's merge: each warp's by shuffles, then the warps' by warp 0 (two barriers; a shared-memory tree took
+    // nine, and barrier stalls were 1.7 of the 9.2 cycles between a warp's instructions; ncu, H200, 2026-11-28).
+    constexpr int kWarps = kThreads / 32;
+    const int warp = tid / 32, lane = tid % 32;
+    const Moments mom = merge_warp(group_partials(p, cpg, n, grp, tid, kThreads));
+    if (lane == 0) s_count[warp] = mom.count, s_mean[warp] = mom.mean, s_m2[warp] = mom.m2;
+    __syncthreads();
+    if (warp == 0) {
+      const Moments total =
+          merge_warp(lane < kWarps ? Moments{s_count[lane], s_mean[lane], s_m2[lane]} : Moments{0.f, 0.f, 0.f});
+      if (lane == 0) {
+        const float2 merged = mean_rstd(total, p.eps);
+        s_stats[0] = merged.x, s_stats[1] = merged.y;
+      }
+    }
+    __syncthreads();
+    return make_float2(s_stats[0], s_stats[1]);
+  }();
+  const float mean = stats.x, rstd = stats.y;
 
   // The thread's windows: of each channel of a chunk in turn, plane positions first, first + step, ... A walk, not a
   // division of a running index a window: the seed has 7.9 M windows, and with the division its bf16 op measured

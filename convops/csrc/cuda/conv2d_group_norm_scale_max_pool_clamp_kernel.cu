@@ -217,6 +217,15 @@ dim3 persistent_grid(Kernel kernel, int threads, const ConvPoolParams& p, int64_
   return dim3(static_cast<unsigned>(std::min(items, resident)), p.channel_tiles);
 }
 
+// For A/B timing, read once: CONVOPS_GN_GROUP_STATS=0 keeps the moments' merge in each finalize CTA.
+bool group_stats_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("CONVOPS_GN_GROUP_STATS");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return on;
+}
+
 // The finalize kernel: a CTA row per (image, group), split along the pooled plane into as many CTAs as give about
 // four an SM where images x groups are few (each merges the group's moments itself: a float4 per slot of the
 // group's channel tiles and bands, a few KB where the fused tile kernel leaves hundreds of bands). One CTA a
@@ -228,7 +237,23 @@ void launch_finalize(const ConvPoolParams& p, const ConvGnPoolGeometry& g, cudaS
   const int64_t most = cuda::ceil_div<int64_t>(g.pooled_h * g.pooled_w, kThreads);  // every CTA has windows
   const int64_t wanted = cuda::ceil_div<int64_t>(4 * cuda::multiprocessor_count(), rows);
   const auto splits = static_cast<unsigned>(std::clamp<int64_t>(wanted, 1, std::min<int64_t>(most, 65535)));
-  cuda::gn_pool::finalize_kernel<T><<<dim3(static_cast<unsigned>(rows), splits), kThreads, 0, stream>>>(p);
+  const dim3 grid(static_cast<unsigned>(rows), splits);
+  if (!group_stats_enabled()) {
+    cuda::gn_pool::finalize_kernel<T, false><<<grid, kThreads, 0, stream>>>(p);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
+  // The groups' (mean, rstd), a warp each; alive until both kernels have run (the caching allocator orders its reuse
+  // on this stream).
+  const auto device = static_cast<c10::DeviceIndex>(c10::cuda::current_device());
+  const at::Tensor stats = at::empty({rows, 2}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device));
+  ConvPoolParams q = p;
+  q.group_stats = reinterpret_cast<float2*>(stats.data_ptr<float>());
+  constexpr int kWarps = kThreads / 32;
+  cuda::gn_pool::group_stats_kernel<<<static_cast<unsigned>(cuda::ceil_div<int64_t>(rows, kWarps)), kThreads, 0,
+                                      stream>>>(q);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  cuda::gn_pool::finalize_kernel<T, true><<<grid, kThreads, 0, stream>>>(q);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
