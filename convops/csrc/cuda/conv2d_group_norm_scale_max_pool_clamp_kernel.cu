@@ -347,9 +347,9 @@ void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::opt
 // The mixed path's split of the convolution output: kTileN-channel tiles, and bands of whole pool-window rows, as
 // many as fill the SMs once with the stats kernel's CTAs (kCtasPerSm an SM, kVectorCtasPerSm for the NHWC kernel in
 // vectors of 4: a split sized for 4 of those ran two waves of shorter CTAs, 15.2 against 12.9 us on a 32-image block,
-// H200 2026-11-28), but none so thin that a CTA's threads run out
-// of windows: in NCHW they spread over a group's (channel, window) pairs, so a band holds at least a CTA's threads'
-// worth of them; in NHWC a tile's channels do, `vector` channels a thread.
+// H200 2026-11-28), but none so thin that a CTA's threads run out of windows: in NCHW they spread over a group's
+// (channel, window) pairs, so a band holds at least a CTA's threads' worth of them; in NHWC a tile's channels do,
+// `vector` channels a thread.
 struct MixedTiling {
   int64_t channel_tiles, bands, band_windows;
 };
@@ -393,9 +393,8 @@ bool mixed_fits(const ConvGnPoolGeometry& g) {
 template <typename T>
 void run_mixed(const at::Tensor& conv_output, const std::optional<at::Tensor>& bias,
                const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias, double eps,
-               const at::Tensor& scale,
-               std::optional<double> clamp_min, std::optional<double> clamp_max, const ConvGnPoolGeometry& g,
-               at::Tensor& out) {
+               const at::Tensor& scale, std::optional<double> clamp_min, std::optional<double> clamp_max,
+               const ConvGnPoolGeometry& g, at::Tensor& out) {
   const bool nhwc = !conv_output.is_contiguous() && conv_output.is_contiguous(at::MemoryFormat::ChannelsLast);
   const at::Tensor conv = nhwc ? conv_output : conv_output.contiguous();
   // NHWC: 4 channels a thread where every pixel's channels are whole aligned vectors of 4.
