@@ -266,10 +266,12 @@ const void* data_or_null(const at::Tensor& t) {
   return t.defined() ? t.const_data_ptr() : nullptr;
 }
 
-// What both paths' kernels read of the problem beyond the convolution, and all that finalize_kernel reads besides
-// the extremum and partials buffers (and the tiling: channel_tiles, spatial_tiles, local_groups, ext_w).
+// What both paths' kernels read of the problem beyond the convolution's input and weight (the conv bias: the fused
+// kernels' epilogue adds it, the mixed path's stats kernels too), and all that finalize_kernel reads besides the
+// extremum and partials buffers (and the tiling: channel_tiles, spatial_tiles, local_groups, ext_w).
 void set_pool_norm_params(ConvPoolParams& p, const ConvGnPoolGeometry& g, const ChannelVectors& v, double eps,
                           std::optional<double> clamp_min, std::optional<double> clamp_max, at::Tensor& out) {
+  p.bias = data_or_null(v.bias);
   p.gamma = data_or_null(v.gamma);
   p.beta = data_or_null(v.beta);
   p.scale = v.scale.const_data_ptr();
@@ -314,7 +316,6 @@ void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::opt
 
   p.input = input.const_data_ptr();
   p.weight = weight.const_data_ptr();
-  p.bias = data_or_null(v.bias);
   for (int d = 0; d < 4; ++d) {
     p.in_stride[d] = input.stride(d);
     p.w_stride[d] = weight.stride(d);
@@ -405,7 +406,6 @@ void run_mixed(const at::Tensor& conv_output, const std::optional<at::Tensor>& b
   const ChannelVectors v = channel_vectors(bias, gn_weight, gn_bias, scale);
   ConvPoolParams p{};
   set_pool_norm_params(p, g, v, eps, clamp_min, clamp_max, out);
-  p.bias = data_or_null(v.bias);
   p.channel_tiles = static_cast<int>(t.channel_tiles);
   p.spatial_tiles = static_cast<int>(t.bands);
   p.local_groups = local_groups(g);
