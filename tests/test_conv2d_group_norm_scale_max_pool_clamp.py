@@ -181,6 +181,9 @@ MIXED_CASES = [
     (2, 16, 20, 24, 24, (3, 3), (1, 1), (1, 1), (1, 1), True, 6, (3, 3), (-0.5, 0.8), (24, 1, 1), True),
     # One group of 300 channels: finalize reads the group's parameters in two chunks of at most 256.
     (1, 3, 8, 8, 300, (3, 3), (1, 1), (1, 1), (1, 1), True, 1, (2, 2), (0.0, 1.0), (300, 1, 1), True),
+    # cpg65 with a conv bias and square 2 x 2 windows: the NHWC kernel a channel a thread with its windows unrolled
+    # (130 channels: not vectors of 4), a tail column and a bottom row, all with the bias the stats kernels add.
+    (2, 3, 11, 13, 130, (3, 3), (1, 1), (0, 0), (1, 1), True, 2, (2, 2), (0.0, 1.0), (130,), True),
 ]
 
 
@@ -188,7 +191,8 @@ MIXED_CASES = [
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", MIXED_CASES,
-                         ids=["bands", "cpg65", "one_window", "wide_pool", "pool2", "pool4", "pool3_chunks", "cpg300"])
+                         ids=["bands", "cpg65", "one_window", "wide_pool", "pool2", "pool4", "pool3_chunks", "cpg300",
+                              "cpg65_bias"])
 @pytest.mark.parametrize("conv_layout", ["input", "channels_last"])
 def test_cuda_mixed_path_shapes(monkeypatch, case, dtype, layout, conv_layout):
     """The mixed path against the float64 chain, its output poisoned first; its own kernels ran, the fused ones not:
