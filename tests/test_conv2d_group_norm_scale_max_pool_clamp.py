@@ -41,26 +41,35 @@ SAMPLED = [(case, DTYPES[i % len(DTYPES)], LAYOUTS[(i // len(DTYPES)) % len(LAYO
            for i, case in enumerate(CASES)]
 
 
-# The devices and, on CUDA, the paths a test runs: the fused kernels ("cuda"), and the mixed path ("cuda-mixed": ATen's
-# convolution, then the epilogue kernel and the same finalize kernel; CONVOPS_GN_KERNEL=none, read each call, leaves
-# the fused kernels out, so that the forced convops path is the mixed one).
-DEVICE_PATHS = [*DEVICES, pytest.param("cuda-mixed", marks=pytest.mark.cuda)]
+# The devices and, on CUDA, the paths a test runs: the fused kernels ("cuda": the direct kernel where the convolution
+# has few taps, else the tensor-core ones), the tensor-core kernels alone ("cuda-mma": CONVOPS_GN_KERNEL=mma, read each
+# call, leaves the direct kernel out), and the mixed path ("cuda-mixed": ATen's convolution, then the epilogue kernel
+# and the same finalize kernel; CONVOPS_GN_KERNEL=none leaves every fused kernel out, so that the forced convops path
+# is the mixed one).
+DEVICE_PATHS = [*DEVICES, pytest.param("cuda-mma", marks=pytest.mark.cuda),
+                pytest.param("cuda-mixed", marks=pytest.mark.cuda)]
+DIRECT_KERNEL = "conv_pool_direct_kernel"
 
 
 @pytest.fixture(autouse=True)
-def _mixed_path_ran(request):
+def _switched_kernels_ran(request):
     """A "cuda-mixed" test ran the mixed path's kernels (not the ATen chain it falls back to where the mixed path does
-    not apply: float64; an empty batch launches nothing)."""
+    not apply: float64; an empty batch launches nothing); a "cuda-mma" test did not run the direct kernel."""
     callspec = getattr(request.node, "callspec", None)
     params = callspec.params if callspec else {}
     empty_batch = params.get("case", (1,))[0] == 0
-    if params.get("device") != "cuda-mixed" or params.get("dtype") is torch.float64 or empty_batch:
+    device = params.get("device")
+    if device not in ("cuda-mixed", "cuda-mma") or params.get("dtype") is torch.float64 or empty_batch:
         yield
         return
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         yield
         torch.cuda.synchronize()
-    assert_mixed_path_ran({e.key for e in prof.key_averages()})
+    ran = {e.key for e in prof.key_averages()}
+    if device == "cuda-mixed":
+        assert_mixed_path_ran(ran)
+    else:
+        assert not any(DIRECT_KERNEL in name for name in ran), ran
 
 
 def assert_mixed_path_ran(ran: set[str], stats_kernel: str = "pool_stats_from") -> None:
@@ -70,9 +79,13 @@ def assert_mixed_path_ran(ran: set[str], stats_kernel: str = "pool_stats_from") 
 
 
 def on_device(device_path: str, monkeypatch) -> str:
-    """The device of a DEVICE_PATHS entry, with the mixed path set up for "cuda-mixed": there with TF32 off, since
-    the mixed path's convolution is ATen's, which follows the TF32 flag (these tests hold fp32 to the float64 chain;
-    test_cuda_mixed_path_matches_eager_in_its_precision_mode covers TF32)."""
+    """The device of a DEVICE_PATHS entry, with its kernels switched: the tensor-core ones for "cuda-mma", the mixed
+    path for "cuda-mixed", there with TF32 off, since the mixed path's convolution is ATen's, which follows the TF32
+    flag (these tests hold fp32 to the float64 chain; test_cuda_mixed_path_matches_eager_in_its_precision_mode covers
+    TF32)."""
+    if device_path == "cuda-mma":
+        monkeypatch.setenv("CONVOPS_GN_KERNEL", "mma")
+        return "cuda"
     if device_path != "cuda-mixed":
         return device_path
     monkeypatch.setenv("CONVOPS_GN_KERNEL", "none")
@@ -216,6 +229,43 @@ def test_cuda_mixed_path_shapes(monkeypatch, case, dtype, layout, conv_layout):
         assert any("batched_transpose_chunks_kernel" in name for name in ran) == chunks, ran
 
 
+# Problems for the direct kernel (conv2d_group_norm_direct_kernel.cuh: at most 32 taps, C_in x KH x KW): two channel
+# tiles with a group of 5 across their edge (80 channels, 4 a thread), a column right of the windows and a row below
+# them; 30 channels (not vectors of 4: a channel a thread) with stride 2 and 3 x 3 windows; a dilated 5 x 5 filter on
+# one channel with 4 x 4 windows; a 3 x 1 filter with 2 x 3 windows (extents read at run time); one image of 200 rows
+# (15 bands of 7 window rows, padding in the first and last only); 64 images 1,500 wide, where the staged input of the
+# tiling's bands of 2 window rows (114 KB) is past the kernel's 96 KB, so its bands are thinned to one (80 KB), 512
+# CTAs, more than an H100 / H200 holds at once (2 an SM), so the kernel writes codes for finalize_kernel (two passes);
+# 500 images, a channel a thread: more CTAs than fit at once (3 an SM at 72 registers; 300 images ran in one pass,
+# H200 2026-11-28). The others fit: one pass (a cooperative launch).
+DIRECT_CASES = [
+    (3, 3, 37, 45, 80, (3, 3), (1, 1), (1, 1), (1, 1), True, 16, (2, 2), (-0.5, 0.8), (80, 1, 1), True),
+    (2, 2, 29, 31, 30, (3, 3), (2, 2), (2, 2), (1, 1), False, 5, (3, 3), (None, 0.5), (30,), True),
+    (2, 1, 70, 66, 16, (5, 5), (1, 1), (4, 4), (2, 2), True, 4, (4, 4), (0.0, 1.0), (16, 1, 1), False),
+    (2, 3, 20, 26, 12, (3, 1), (1, 2), (1, 0), (1, 1), True, 3, (2, 3), (-1.0, 1.0), (12,), True),
+    (1, 3, 200, 40, 8, (3, 3), (1, 1), (1, 1), (1, 1), True, 2, (2, 2), (0.0, 1.0), (8, 1, 1), True),
+    (64, 3, 16, 1500, 4, (3, 3), (1, 1), (1, 1), (1, 1), True, 2, (2, 2), (None, None), (4,), True),
+    (500, 1, 8, 9, 6, (3, 3), (1, 1), (1, 1), (1, 1), True, 3, (2, 2), (-0.5, 0.5), (6,), True),
+]
+DIRECT_IDS = ["tiles", "stride2", "dilated_pool4", "runtime_pool", "bands", "thinned", "two_pass"]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", DIRECT_CASES, ids=DIRECT_IDS)
+def test_cuda_direct_kernel_shapes(case, dtype, layout):
+    """The direct kernel against the float64 chain, its output poisoned first, in every dtype and input layout; it
+    ran (4 channels a thread where the channels are whole vectors of 4) in one pass, or in two with finalize_kernel
+    where its CTAs do not fit on the device at once (as the list above expects of a 132-SM H100 / H200)."""
+    with allow_tf32(False):
+        ran = cuda_kernels_run(lambda: check_against_reference(case, dtype, "cuda", layout))
+    vector = 4 if case[4] % 4 == 0 else 1
+    one_pass = DIRECT_IDS[DIRECT_CASES.index(case)] not in ("thinned", "two_pass")
+    assert any(re.search(rf"{DIRECT_KERNEL}<.*\b{vector}, {str(one_pass).lower()}>", name) for name in ran), ran
+    assert any("finalize_kernel" in name for name in ran) != one_pass, ran
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("tf32", [True, False])
 def test_cuda_mixed_path_matches_eager_in_its_precision_mode(monkeypatch, tf32):
@@ -281,8 +331,9 @@ def test_mean_far_above_spread(monkeypatch, device):
     """Conv outputs with mean 100-500x their spread: E[x^2] - E[x]^2 in fp32 would lose the variance entirely."""
     device = on_device(device, monkeypatch)
     with allow_tf32(False):
-        # A large conv bias: the conv itself stays exact-ish, only the statistics are stressed (spread ~2, mean ~500).
-        case = (2, 4, 30, 33, 16, (3, 3), (1, 1), (0, 0), (1, 1), True, 4, (4, 4), (-1.0, 1.0), (16, 1, 1), True)
+        # A large conv bias: the conv itself stays exact-ish, only the statistics are stressed (spread ~2, mean ~500);
+        # 27 taps: the direct kernel on "cuda", the window kernel on "cuda-mma".
+        case = (2, 3, 30, 33, 16, (3, 3), (1, 1), (0, 0), (1, 1), True, 4, (4, 4), (-1.0, 1.0), (16, 1, 1), True)
         args = make_problem(case, torch.float32, device, shift=500.0)
         assert_close(convops.conv2d_group_norm_scale_max_pool_clamp(*args), expected(args), atol=2e-4, rtol=2e-4)
         # A large constant on the input, one channel per group (else channel means differ by the constant too):

@@ -256,8 +256,9 @@ def check_three_way_decision(c: convops.PathChoice) -> None:
 def test_cuda_group_norm_block_times_its_mixed_path_where_the_fused_kernels_apply(monkeypatch, dtype):
     """The GroupNorm block's "auto" times the fused kernels, ATen's convolution + the convops epilogue ("mixed") and
     the ATen chain; with the fused kernels left out (CONVOPS_GN_KERNEL=none) the mixed path stands in the convops
-    path's place against the ATen chain, two candidates. The mixed path's convolution layout is a decision of its
-    own ("<op>.mixed_layout")."""
+    path's place against the ATen chain, two candidates: the same arguments, a problem of its own, since the switch
+    is part of the key while it is set. The mixed path's convolution layout is a decision of its own
+    ("<op>.mixed_layout"), also per switch."""
     args = gn_block.make_problem(gn_block.CASES[9], dtype, "cuda")
     tensors, params = gn_block.split(args)
     convops.clear_path_choices()
@@ -265,16 +266,18 @@ def test_cuda_group_norm_block_times_its_mixed_path_where_the_fused_kernels_appl
         expected = gn_block.torch_chain(*tensors, **params)
         first = convops.conv2d_group_norm_scale_max_pool_clamp(*args)
         monkeypatch.setenv("CONVOPS_GN_KERNEL", "none")
-        second = convops.conv2d_group_norm_scale_max_pool_clamp(*args[:-1], 0.25)  # another problem: a new decision
+        second = convops.conv2d_group_norm_scale_max_pool_clamp(*args)  # the switch set: a new decision
     tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=6e-2, rtol=3e-2)
     torch.testing.assert_close(first, expected, **tol)
-    torch.testing.assert_close(second, expected.clamp(max=0.25), **tol)
+    torch.testing.assert_close(second, expected, **tol)
     choices = [c for c in convops.path_choices() if c.problem.startswith(GROUP_NORM_BLOCK + " cuda:0 ")]
     three = [c for c in choices if c.mixed_ms is not None]  # path_choices() lists decisions by their text
     two = [c for c in choices if c.mixed_ms is None]
     assert len(three) == len(two) == 1 and three[0].mixed_ms > 0, choices
     check_three_way_decision(three[0])
-    assert two[0].path in ("convops", "aten") and two[0].problem.endswith("0 0.25"), choices
+    assert not three[0].problem.endswith("CONVOPS_GN_KERNEL=none"), choices
+    assert two[0].path in ("convops", "aten") and two[0].problem.endswith(" CONVOPS_GN_KERNEL=none"), choices
+    assert two[0].problem.removesuffix(" CONVOPS_GN_KERNEL=none") == three[0].problem, choices
     # Each problem's mixed path decided its convolution's layout once (a dense NCHW input): "convops" the round trip.
     layouts = [c for c in convops.path_choices() if c.problem.startswith(GROUP_NORM_BLOCK + ".mixed_layout cuda:0 ")]
     assert len(layouts) == 2 and all(c.path in ("convops", "aten") and c.mixed_ms is None for c in layouts), layouts

@@ -70,17 +70,15 @@ struct Band {
 // One pool window of V adjacent channels (V = 1 in NCHW; 4 from a channels-last output whose channels are whole
 // vectors): per channel, its values (each plus the channel's conv bias) added to the thread's shifted sums, and its
 // extremum as the fused kernels encode it: the encoded max of sign * x (a max.NaN a value, one encoding a window), or
-// for sign 0 the window's sign classes. `win` points at its first element, channel 0 of the V; `row` and `col` are the
-// element strides between its rows and columns. kPool > 0: a kPool x kPool window whose loads are issued before the
-// arithmetic, in batches of whole rows (kBatchRows): with the extents read from p, each load waited for in turn (the
-// NHWC kernel read 8.4 MB in 16 us, 0.5 TB/s, on an 8-image block; H200, 2026-11-28); 0: the extents in p, a load at a
-// time.
-template <typename T, int kPool, int V>
-__device__ __forceinline__ void window_summaries(const ConvPoolParams& p, const T* win, int64_t row, int64_t col,
-                                                 const float (&sign)[V], const float (&bias)[V], ShiftedSums (&sums)[V],
-                                                 uint32_t (&code)[V]) {
-  using Vec = AlignedVector<T, V>;
-  const auto load = [&](int r, int c) { return *reinterpret_cast<const Vec*>(win + r * row + c * col); };
+// for sign 0 the window's sign classes. load(r, c) returns the V channels' values at row r, column c of the window
+// (an AlignedVector of any element type: loads of the convolution output here, registers in the direct kernel).
+// kPool > 0: a kPool x kPool window whose loads are issued before the arithmetic, in batches of whole rows
+// (kBatchRows): with the extents read from p, each load waited for in turn (the NHWC kernel read 8.4 MB in 16 us,
+// 0.5 TB/s, on an 8-image block; H200, 2026-11-28); 0: the extents in p, a load at a time.
+template <int kPool, int V, typename Load>
+__device__ __forceinline__ void window_summaries(const ConvPoolParams& p, const Load& load, const float (&sign)[V],
+                                                 const float (&bias)[V], ShiftedSums (&sums)[V], uint32_t (&code)[V]) {
+  using Vec = decltype(load(0, 0));
   float fold[V], top[V];
   uint32_t classes[V];
   bool any_sign0 = false;
@@ -147,6 +145,13 @@ __device__ __forceinline__ void window_summaries(const ConvPoolParams& p, const 
   }
 }
 
+// load(r, c) for window_summaries over the convolution output in memory: V channels from `win`, the window's first
+// element, with `row` and `col` the element strides between its rows and columns.
+template <typename T, int V>
+__device__ __forceinline__ auto window_in_memory(const T* win, int64_t row, int64_t col) {
+  return [=](int r, int c) { return *reinterpret_cast<const AlignedVector<T, V>*>(win + r * row + c * col); };
+}
+
 // A cell outside every window (right of them, or in the rows below): its value (plus the conv bias) counts in the
 // moments only.
 template <int V, typename Vec>
@@ -197,6 +202,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     const int g_end = min((g_first / cpg + 1) * cpg, b.c_end);
     const int slice = g_end - g_first;
     const T* group_planes = conv + (static_cast<int64_t>(b.n) * p.out_channels + g_first) * plane;
+    const float* group_sign = tile_sign + (g_first - b.c_first);
+    const float* group_bias = tile_bias + (g_first - b.c_first);
     ShiftedSums sums[1];
     for (int i = tid; i < slice * b.windows; i += kThreads) {
       int q;
@@ -204,21 +211,21 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       const int channel = q / b.window_rows, wr = b.first_window_row + q % b.window_rows;
       const T* win = group_planes + channel * plane + static_cast<int64_t>(wr) * p.pool_h * p.conv_w +
                      static_cast<int64_t>(wc) * p.pool_w;
-      const float sign[1] = {tile_sign[g_first - b.c_first + channel]};
-      const float bias[1] = {tile_bias[g_first - b.c_first + channel]};
+      const float sign[1] = {group_sign[channel]};
+      const float bias[1] = {group_bias[channel]};
       uint32_t code[1];
-      window_summaries<T, kPool, 1>(p, win, p.conv_w, 1, sign, bias, sums, code);
+      window_summaries<kPool, 1>(p, window_in_memory<T, 1>(win, p.conv_w, 1), sign, bias, sums, code);
       *extremum_at(p, b.n, g_first + channel, wr, wc) = code[0];
     }
     using One = AlignedVector<T, 1>;
     for (int i = tid; i < slice * b.tail_cells; i += kThreads) {
       const int channel = i / b.tail_cells;
-      const float bias[1] = {tile_bias[g_first - b.c_first + channel]};
+      const float bias[1] = {group_bias[channel]};
       add_cell(sums, bias, One{{group_planes[channel * plane + b.tail_cell(i % b.tail_cells, p.conv_w, 1)]}});
     }
     for (int i = tid; i < slice * b.bottom_cells; i += kThreads) {
       const int channel = i / b.bottom_cells;
-      const float bias[1] = {tile_bias[g_first - b.c_first + channel]};
+      const float bias[1] = {group_bias[channel]};
       add_cell(sums, bias,
                One{{group_planes[channel * plane + static_cast<int64_t>(b.pooled_rows) * p.conv_w +
                                  i % b.bottom_cells]}});
@@ -239,11 +246,45 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   }
 }
 
+// The CTA's partials slots from its threads' sums, where thread (row, lane) holds the tile's channels lane * V ...
+// + V - 1 and the CTA has `rows` rows of such threads (row == rows: idle, its sums empty): each thread's summaries to
+// shared memory (`summaries`: kThreads * V slots), then a warp a group of the tile merges the group's (channel, row)
+// summaries, adjacent lanes on adjacent channels, and the warp the lanes' (a fixed order). Every thread of the CTA
+// calls it (a barrier inside).
+template <int V>
+__device__ __forceinline__ void write_group_partials(const ConvPoolParams& p, const Band& b,
+                                                     const ShiftedSums (&sums)[V], float (*summaries)[3], int row,
+                                                     int rows, int lane) {
+  const int tile_channels = b.c_end - b.c_first;
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const Moments mom = sums[v].moments();
+    float* s = summaries[row * tile_channels + lane * V + v];  // row == rows: past the read rows, within the array
+    s[0] = mom.count;
+    s[1] = mom.mean;
+    s[2] = mom.m2;
+  }
+  __syncthreads();
+  const int cpg = p.channels_per_group, warp = threadIdx.x / 32, warp_lane = threadIdx.x % 32;
+  const int first_group = b.c_first / cpg, groups = (b.c_end - 1) / cpg - first_group + 1;
+  for (int local = warp; local < groups; local += kThreads / 32) {
+    const int grp = first_group + local;
+    const int lo = max(grp * cpg, b.c_first) - b.c_first, width = min((grp + 1) * cpg, b.c_end) - b.c_first - lo;
+    Moments part{0.f, 0.f, 0.f};
+    for (int e = warp_lane; e < width * rows; e += 32) {
+      const float* s = summaries[(e / width) * tile_channels + lo + e % width];
+      part.merge(s[0], s[1], s[2]);
+    }
+    const Moments total = merge_warp(part);
+    if (warp_lane == 0) *partial_slot(p, b, local) = make_float4(total.count, total.mean, total.m2, 0.f);
+  }
+}
+
 // The same from a dense NHWC (channels-last) convolution output, without a copy to NCHW: a thread V adjacent
 // channels of the tile (V = 4 where the channels are whole vectors of 4, one 16- or 8-byte load a window element;
 // else 1), adjacent threads on adjacent channels of a pixel (coalesced), in as many rows of threads as the tile's
 // channels leave, each row taking every rows-th window of the band; then a warp a group merges its channels'
-// summaries (a fixed order). The vector loads keep 4x the bytes in flight a thread: the kernel is bound by their
+// summaries (write_group_partials). The vector loads keep 4x the bytes in flight a thread: the kernel is bound by their
 // latency (ncu, H200, 2026-11-28, V = 1 on an 8-image block: 15.9 us for 8.4 MB, half a wave of CTAs, 9.2 cycles
 // between a warp's instructions, 42% of them waiting on L1TEX).
 // Vectors take 2 CTAs an SM (128 registers): at 3 (80) ptxas spilled the fp32 3 x 3 and the run-time windows.
@@ -271,7 +312,8 @@ __global__ void __launch_bounds__(kThreads, V > 1 ? kVectorCtasPerSm : kCtasPerS
       const T* win = image + static_cast<int64_t>(wr) * p.pool_h * row_stride +
                      static_cast<int64_t>(wc) * p.pool_w * pixel_stride;
       uint32_t code[V];
-      window_summaries<T, kPool, V>(p, win, row_stride, pixel_stride, sign, bias, sums, code);
+      const auto window = window_in_memory<T, V>(win, row_stride, pixel_stride);
+      window_summaries<kPool, V>(p, window, sign, bias, sums, code);
 #pragma unroll
       for (int v = 0; v < V; ++v) *extremum_at(p, b.n, c + v, wr, wc) = code[v];
     }
@@ -283,30 +325,7 @@ __global__ void __launch_bounds__(kThreads, V > 1 ? kVectorCtasPerSm : kCtasPerS
       add_cell(sums, bias, cell(b.pooled_rows * row_stride + i * pixel_stride));
     }
   }
-#pragma unroll
-  for (int v = 0; v < V; ++v) {
-    const Moments mom = sums[v].moments();
-    float* s = summaries[row * tile_channels + lane * V + v];  // row == rows: past the read rows, within the array
-    s[0] = mom.count;
-    s[1] = mom.mean;
-    s[2] = mom.m2;
-  }
-  __syncthreads();
-  // A warp a group of the tile: its lanes merge the group's (channel, row) summaries in turn, adjacent lanes on
-  // adjacent channels, then the warp merges the lanes'.
-  const int cpg = p.channels_per_group, warp = tid / 32, warp_lane = tid % 32;
-  const int first_group = b.c_first / cpg, groups = (b.c_end - 1) / cpg - first_group + 1;
-  for (int local = warp; local < groups; local += kThreads / 32) {
-    const int grp = first_group + local;
-    const int lo = max(grp * cpg, b.c_first) - b.c_first, width = min((grp + 1) * cpg, b.c_end) - b.c_first - lo;
-    Moments part{0.f, 0.f, 0.f};
-    for (int e = warp_lane; e < width * rows; e += 32) {
-      const float* s = summaries[(e / width) * tile_channels + lo + e % width];
-      part.merge(s[0], s[1], s[2]);
-    }
-    const Moments total = merge_warp(part);
-    if (warp_lane == 0) *partial_slot(p, b, local) = make_float4(total.count, total.mean, total.m2, 0.f);
-  }
+  write_group_partials(p, b, sums, summaries, row, rows, lane);
 }
 
 }  // namespace epilogue

@@ -13,6 +13,54 @@ namespace convops {
 namespace cuda {
 namespace gn_pool {
 
+// This thread's merge of group grp of image n's partials slots (every channel tile holding part of the group, every
+// band), slots first, first + step, ...
+__device__ __forceinline__ Moments group_partials(const ConvPoolParams& p, int n, int grp, int first, int step) {
+  const int cpg = p.channels_per_group;
+  const int tile_lo = grp * cpg / kTileN, tile_hi = ((grp + 1) * cpg - 1) / kTileN;
+  const int slots = (tile_hi - tile_lo + 1) * p.spatial_tiles;  // < channel_tiles * spatial_tiles < 2^30 (fits_int32)
+  Moments mom{0.f, 0.f, 0.f};
+  for (int i = first; i < slots; i += step) {
+    const int ct = tile_lo + i / p.spatial_tiles, st = i % p.spatial_tiles;
+    const int lg = grp - ct * kTileN / cpg;
+    // Past L1 (ld.global.cg): the direct kernel's one pass reads slots that other CTAs wrote in the same launch.
+    const float4 part =
+        __ldcg(&p.partials[((static_cast<int64_t>(n) * p.channel_tiles + ct) * p.spatial_tiles + st) * p.local_groups +
+                           lg]);
+    mom.merge(part.x, part.y, part.z);
+  }
+  return mom;
+}
+
+// A group's (mean, rstd) from its moments. A rounding-negative variance becomes 0; a NaN one (Inf or NaN among the
+// conv outputs) must stay NaN, as in ATen, which fmaxf would turn into 0.
+__device__ __forceinline__ float2 mean_rstd(const Moments& total, float eps) {
+  const float var = total.m2 / total.count;
+  return make_float2(total.mean, rsqrtf((var < 0.f ? 0.f : var) + eps));
+}
+
+// The output of a window whose extremum is `code` (channel parameters gamma, beta, s; its group's mean and rstd):
+// clamp((a v + b) * s, lo, hi).
+__device__ __forceinline__ float pooled_output(const ConvPoolParams& p, uint32_t code, float mean, float rstd,
+                                               float gamma, float beta, float s) {
+  const float a = rstd * gamma, b = -a * mean + beta;
+  const float sign = affine_sign(gamma, s);
+  float z;
+  if (sign != 0.f) {
+    // (v - mean) * a + beta is a v + b, with the same NaN / +-Inf for finite a, without cancelling a v against a
+    // mean (|a mean| 2^-24 in fp32, ~1e-5 |gamma s| for a mean 500x the spread).
+    const float v = sign * decode_ordered(code);
+    z = ((v - mean) * a + beta) * s;
+  } else {
+    // Infinite gamma: a window is b * s where all its elements have the sign of a * b, NaN otherwise.
+    const uint32_t spoilers = a * b > 0.f ? kNotPositive : kNotNegative;
+    z = (code & spoilers) ? __uint_as_float(0x7fffffffu) : b * s;
+  }
+  if (p.has_lo) z = z < p.lo ? p.lo : z;
+  if (p.has_hi) z = z > p.hi ? p.hi : z;
+  return z;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams p) {
   constexpr int kUnroll = 4;
@@ -35,17 +83,7 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams
   };
   load_parameters(0);
 
-  // The channel tiles holding part of this group, and the group's slot in each.
-  const int tile_lo = grp * cpg / kTileN, tile_hi = ((grp + 1) * cpg - 1) / kTileN;
-  const int slots = (tile_hi - tile_lo + 1) * p.spatial_tiles;  // < channel_tiles * spatial_tiles < 2^30 (fits_int32)
-  Moments mom{0.f, 0.f, 0.f};
-  for (int i = tid; i < slots; i += kThreads) {
-    const int ct = tile_lo + i / p.spatial_tiles, st = i % p.spatial_tiles;
-    const int lg = grp - ct * kTileN / cpg;
-    const float4 part =
-        p.partials[((static_cast<int64_t>(n) * p.channel_tiles + ct) * p.spatial_tiles + st) * p.local_groups + lg];
-    mom.merge(part.x, part.y, part.z);
-  }
+  Moments mom = group_partials(p, n, grp, tid, kThreads);
   // The CTA's merge: each warp's by shuffles, then the warps' by warp 0 (two barriers; a shared-memory tree took
   // nine, and barrier stalls were 1.7 of the 9.2 cycles between a warp's instructions; ncu, H200, 2026-11-28).
   constexpr int kWarps = kThreads / 32;
@@ -57,11 +95,9 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams
     const Moments total =
         merge_warp(lane < kWarps ? Moments{s_count[lane], s_mean[lane], s_m2[lane]} : Moments{0.f, 0.f, 0.f});
     if (lane == 0) {
-      s_stats[0] = total.mean;
-      // A rounding-negative variance becomes 0; a NaN one (Inf or NaN among the conv outputs) must stay NaN, as in
-      // ATen, which fmaxf would turn into 0.
-      const float var = total.m2 / total.count;
-      s_stats[1] = rsqrtf((var < 0.f ? 0.f : var) + p.eps);
+      const float2 stats = mean_rstd(total, p.eps);
+      s_stats[0] = stats.x;
+      s_stats[1] = stats.y;
     }
   }
   __syncthreads();
@@ -98,22 +134,7 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         if (lc[u] >= channels) break;
-        const float gamma = s_gamma[lc[u]], beta = s_beta[lc[u]], s = s_scale[lc[u]];
-        const float a = rstd * gamma, b = -a * mean + beta;
-        const float sign = affine_sign(gamma, s);
-        float z;
-        if (sign != 0.f) {
-          // (v - mean) * a + beta is a v + b, with the same NaN / +-Inf for finite a, without cancelling a v
-          // against a mean (|a mean| 2^-24 in fp32, ~1e-5 |gamma s| for a mean 500x the spread).
-          const float v = sign * decode_ordered(code[u]);
-          z = ((v - mean) * a + beta) * s;
-        } else {
-          // Infinite gamma: a window is b * s where all its elements have the sign of a * b, NaN otherwise.
-          const uint32_t spoilers = a * b > 0.f ? kNotPositive : kNotNegative;
-          z = (code[u] & spoilers) ? __uint_as_float(0x7fffffffu) : b * s;
-        }
-        if (p.has_lo) z = z < p.lo ? p.lo : z;
-        if (p.has_hi) z = z > p.hi ? p.hi : z;
+        const float z = pooled_output(p, code[u], mean, rstd, s_gamma[lc[u]], s_beta[lc[u]], s_scale[lc[u]]);
         const int64_t c = c_begin + chunk + lc[u];
         out[n * p.out_stride[0] + c * p.out_stride[1] + row[u] * p.out_stride[2] + col[u] * p.out_stride[3]] =
             static_cast<T>(z);

@@ -10,7 +10,8 @@
 //   2. finalize_kernel: merges the moments per (image, group) and writes affine + clamp of each window's value.
 // Signs are read on the device, so nothing waits on the host. Under the path choice (cuda/path_choice.cuh) the op
 // runs one of:
-//   - "convops": those two kernels where they apply (the window kernel, else the tile kernel), else the mixed path;
+//   - "convops": those two kernels where they apply (the direct kernel for convolutions of few taps, else the window
+//     kernel, else the tile kernel), else the mixed path;
 //   - "mixed": ATen's convolution (eager's own, without its bias, which the stats kernels add), then
 //     pool_stats_from_conv_kernel or its NHWC twin (conv2d_group_norm_epilogue_kernel.cuh) in place of kernel 1: one
 //     read of the convolution output, and the same finalize_kernel;
@@ -28,6 +29,7 @@
 
 #include "common/checks.h"
 #include "conv2d_group_norm_scale_max_pool_clamp.h"
+#include "cuda/conv2d_group_norm_direct_kernel.cuh"
 #include "cuda/conv2d_group_norm_epilogue_kernel.cuh"
 #include "cuda/conv2d_group_norm_finalize_kernel.cuh"
 #include "cuda/conv2d_group_norm_tile_kernel.cuh"
@@ -142,14 +144,18 @@ void set_divisors(ConvPoolParams& p) {
   p.tile_w_div = FastDivmod(p.tile_w);
 }
 
-// Which fused kernels may run (read each call; for tests and for timing the kernels and paths against each other).
-// Normally the window kernel where it applies, else the tile kernel; CONVOPS_GN_KERNEL=tile leaves the window kernel
-// out, =none both, so that the convops path is the mixed one.
-enum class FusedChoice { kAny, kTile, kNone };
+// Which fused kernels may run (CONVOPS_GN_KERNEL, read each call and part of the problem's key; for tests and for
+// timing the kernels and paths against each other). Normally the direct kernel where it applies, else the window
+// kernel, else the tile kernel; =mma leaves the direct kernel out (the tensor-core kernels), =tile the window kernel
+// too, =none all three, so that the convops path is the mixed one.
+constexpr const char* kFusedSwitch = "CONVOPS_GN_KERNEL";
+// The mixed path's convolution layout, forced (path_choice.cuh, layout_for): input or channels_last.
+constexpr const char* kMixedLayoutSwitch = "CONVOPS_GN_MIXED_LAYOUT";
+enum class FusedChoice { kAny, kMma, kTile, kNone };
 
-FusedChoice fused_choice() {
-  const char* env = std::getenv("CONVOPS_GN_KERNEL");
+FusedChoice fused_choice(const char* env) {
   if (env == nullptr) return FusedChoice::kAny;
+  if (std::strcmp(env, "mma") == 0) return FusedChoice::kMma;
   if (std::strcmp(env, "tile") == 0) return FusedChoice::kTile;
   if (std::strcmp(env, "none") == 0) return FusedChoice::kNone;
   return FusedChoice::kAny;
@@ -165,8 +171,8 @@ int window_smem_bytes(int64_t in_channels) {
   return cuda::gn_pool::window::Layout<kMode, 3, 3, kPool>(static_cast<int>(in_channels)).total;
 }
 
-int plan_window_kernel(const ConvGnPoolGeometry& g, MmaMode mode, ConvPoolParams& p) {
-  if (fused_choice() != FusedChoice::kAny) return 0;
+int plan_window_kernel(const ConvGnPoolGeometry& g, MmaMode mode, FusedChoice choice, ConvPoolParams& p) {
+  if (choice != FusedChoice::kAny && choice != FusedChoice::kMma) return 0;
   if (g.stride_h != 1 || g.stride_w != 1 || g.dilation_h != 1 || g.dilation_w != 1) return 0;
   if (g.kernel_h != 3 || g.kernel_w != 3 || g.pool_h != g.pool_w || (g.pool_h != 2 && g.pool_h != 4)) return 0;
   if (g.in_channels > 256) return 0;  // (before Layout's int arithmetic; the size check below is far tighter)
@@ -296,24 +302,24 @@ void set_pool_norm_params(ConvPoolParams& p, const ConvGnPoolGeometry& g, const 
   p.hi = p.has_hi ? static_cast<float>(*clamp_max) : 0.f;
 }
 
-// The two fused kernels (conv tile -> pooled extrema + group partials; merge -> affine -> clamp) into `out`.
-void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-               const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias, double eps,
-               const at::Tensor& scale, std::optional<double> clamp_min, std::optional<double> clamp_max,
-               const ConvGnPoolGeometry& g, ConvPoolParams p, bool window, int smem_bytes, MmaMode mode,
-               at::Tensor& out) {
-  const ChannelVectors v = channel_vectors(bias, gn_weight, gn_bias, scale);
-  set_pool_norm_params(p, g, v, eps, clamp_min, clamp_max, out);
-  // The window kernel stores a lane's windows of a row as one 8- or 16-byte vector: rows of a multiple of 4 codes.
-  p.ext_w = static_cast<int>(window ? (g.pooled_w + 3) / 4 * 4 : g.pooled_w);
-  at::Tensor extremum = at::empty({g.batch, g.out_channels, g.pooled_h, p.ext_w}, input.options().dtype(at::kInt));
-  at::Tensor partials =
-      at::empty({g.batch * p.channel_tiles * p.spatial_tiles * p.local_groups * 4}, input.options().dtype(at::kFloat));
-  const auto stream = c10::cuda::getCurrentCUDAStream();
-  if (p.atomic_pool) {
-    C10_CUDA_CHECK(cudaMemsetAsync(extremum.data_ptr(), 0, extremum.numel() * sizeof(uint32_t), stream));
-  }
+// The buffers between kernel 1 and finalize_kernel for p's tiling and ext_w, their pointers set in p (the tensors
+// stay alive while the kernels are queued).
+struct Intermediates {
+  at::Tensor extremum, partials;
+};
 
+Intermediates make_intermediates(ConvPoolParams& p, const ConvGnPoolGeometry& g, const at::TensorOptions& options) {
+  Intermediates t{
+      at::empty({g.batch, g.out_channels, g.pooled_h, p.ext_w}, options.dtype(at::kInt)),
+      at::empty({g.batch * p.channel_tiles * p.spatial_tiles * p.local_groups * 4}, options.dtype(at::kFloat))};
+  p.extremum = reinterpret_cast<uint32_t*>(t.extremum.data_ptr<int32_t>());
+  p.partials = reinterpret_cast<float4*>(t.partials.data_ptr<float>());
+  return t;
+}
+
+// The convolution's operands and geometry, for the kernels that compute it (the fused ones).
+void set_conv_params(ConvPoolParams& p, const ConvGnPoolGeometry& g, const at::Tensor& input,
+                     const at::Tensor& weight) {
   p.input = input.const_data_ptr();
   p.weight = weight.const_data_ptr();
   for (int d = 0; d < 4; ++d) {
@@ -331,10 +337,26 @@ void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::opt
   p.pad_w = static_cast<int>(g.pad_w);
   p.dilation_h = static_cast<int>(g.dilation_h);
   p.dilation_w = static_cast<int>(g.dilation_w);
+}
+
+// The two fused kernels (conv tile -> pooled extrema + group partials; merge -> affine -> clamp) into `out`.
+void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+               const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias, double eps,
+               const at::Tensor& scale, std::optional<double> clamp_min, std::optional<double> clamp_max,
+               const ConvGnPoolGeometry& g, ConvPoolParams p, bool window, int smem_bytes, MmaMode mode,
+               at::Tensor& out) {
+  const ChannelVectors v = channel_vectors(bias, gn_weight, gn_bias, scale);
+  set_pool_norm_params(p, g, v, eps, clamp_min, clamp_max, out);
+  // The window kernel stores a lane's windows of a row as one 8- or 16-byte vector: rows of a multiple of 4 codes.
+  p.ext_w = static_cast<int>(window ? (g.pooled_w + 3) / 4 * 4 : g.pooled_w);
+  const Intermediates buffers = make_intermediates(p, g, input.options());
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  if (p.atomic_pool) {
+    C10_CUDA_CHECK(cudaMemsetAsync(p.extremum, 0, buffers.extremum.numel() * sizeof(uint32_t), stream));
+  }
+  set_conv_params(p, g, input, weight);
   p.channels_fastest = input.stride(1) == 1 && p.chunk_channels > 1;
   if (!window) set_divisors(p);
-  p.extremum = reinterpret_cast<uint32_t*>(extremum.data_ptr<int32_t>());
-  p.partials = reinterpret_cast<float4*>(partials.data_ptr<float>());
 
   if (mode == MmaMode::kTf32x3) {
     launch<float, MmaMode::kTf32x3>(p, g, window, smem_bytes, stream);
@@ -345,29 +367,47 @@ void run_fused(const at::Tensor& input, const at::Tensor& weight, const std::opt
   }
 }
 
-// The mixed path's split of the convolution output: kTileN-channel tiles, and bands of whole pool-window rows, as
-// many as fill the SMs once with the stats kernel's CTAs (kCtasPerSm an SM, kVectorCtasPerSm for the NHWC kernel in
-// vectors of 4: a split sized for 4 of those ran two waves of shorter CTAs, 15.2 against 12.9 us on a 32-image block,
-// H200 2026-11-28), but none so thin that a CTA's threads run out of windows: in NCHW they spread over a group's
-// (channel, window) pairs, so a band holds at least a CTA's threads' worth of them; in NHWC a tile's channels do,
-// `vector` channels a thread.
-struct MixedTiling {
+// The split of the convolution output that the mixed path's stats kernels and the direct kernel share: kTileN-channel
+// tiles, and bands of whole pool-window rows, as many as fill the SMs once with the kernel's CTAs (ctas_per_sm: a
+// split sized for 4 CTAs an SM of a kernel that runs 2 ran two waves of shorter CTAs, 15.2 against 12.9 us on a
+// 32-image block, H200 2026-11-28), but none so thin that a CTA's threads run out of windows: `sharing` threads share a
+// window (a lane each), so a band holds at least kThreads / sharing windows.
+struct BandTiling {
   int64_t channel_tiles, bands, band_windows;
 };
 
-MixedTiling mixed_tiling(const ConvGnPoolGeometry& g, bool nhwc, int vector) {
+// one_wave: at most as many CTAs as fit at once where the images and channel tiles alone do not exceed that (for the
+// direct kernel's one pass), rather than at least as many.
+BandTiling band_tiling(const ConvGnPoolGeometry& g, int64_t sharing, int ctas_per_sm, bool one_wave = false) {
   const int64_t channel_tiles = cuda::ceil_div<int64_t>(g.out_channels, kTileN);
   if (g.pooled_h == 0 || g.pooled_w == 0) return {channel_tiles, 1, g.pooled_h};  // (not reached: pool <= conv)
-  const int ctas_per_sm =
-      vector > 1 ? cuda::gn_pool::epilogue::kVectorCtasPerSm : cuda::gn_pool::epilogue::kCtasPerSm;
-  const int64_t wanted = cuda::ceil_div<int64_t>(ctas_per_sm * cuda::multiprocessor_count(), g.batch * channel_tiles);
+  const int64_t slots = int64_t{ctas_per_sm} * cuda::multiprocessor_count(), images = g.batch * channel_tiles;
+  const int64_t wanted = one_wave ? slots / images : cuda::ceil_div<int64_t>(slots, images);
   const int64_t for_grid = cuda::ceil_div<int64_t>(g.pooled_h, std::clamp<int64_t>(wanted, 1, g.pooled_h));
-  // NCHW: a group's channels of a tile share the threads; NHWC: a tile's channels, the rest being rows of threads.
-  const int64_t sharing = std::min<int64_t>(nhwc ? g.out_channels : g.channels_per_group, kTileN) / vector;
-  const int64_t windows_a_channel = cuda::ceil_div<int64_t>(kThreads, sharing);
-  const int64_t for_threads = cuda::ceil_div<int64_t>(windows_a_channel, g.pooled_w);
+  const int64_t windows_a_lane = cuda::ceil_div<int64_t>(kThreads, sharing);
+  const int64_t for_threads = cuda::ceil_div<int64_t>(windows_a_lane, g.pooled_w);
   const int64_t band_windows = std::min(std::max(for_grid, for_threads), g.pooled_h);
   return {channel_tiles, cuda::ceil_div<int64_t>(g.pooled_h, band_windows), band_windows};
+}
+
+// The stats kernels' split: in NCHW a group's channels of a tile share the threads; in NHWC a tile's channels,
+// `vector` a thread (kCtasPerSm an SM, kVectorCtasPerSm for the NHWC kernel in vectors of 4).
+BandTiling mixed_tiling(const ConvGnPoolGeometry& g, bool nhwc, int vector) {
+  using namespace cuda::gn_pool::epilogue;
+  const int64_t sharing = std::min<int64_t>(nhwc ? g.out_channels : g.channels_per_group, kTileN) / vector;
+  return band_tiling(g, sharing, vector > 1 ? kVectorCtasPerSm : kCtasPerSm);
+}
+
+// f(std::integral_constant<int, P>) for square P x P windows of the sides whose kernels have their loads unrolled
+// (P = 2, 3, 4), f(std::integral_constant<int, 0>) for the rest, which read the extents at run time.
+template <typename F>
+void with_pool_side(const ConvGnPoolGeometry& g, const F& f) {
+  switch (g.pool_h == g.pool_w ? g.pool_h : 0) {
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    default: f(std::integral_constant<int, 0>{}); break;
+  }
 }
 
 // The mixed path's kernels index in int where these bound a value (64 bits where offsets reach tensors); larger
@@ -402,7 +442,7 @@ void run_mixed(const at::Tensor& conv_output, const std::optional<at::Tensor>& b
   constexpr int kVector = 4;
   const bool vectors = nhwc && g.out_channels % kVector == 0 &&
                        reinterpret_cast<uintptr_t>(conv.const_data_ptr()) % (kVector * sizeof(T)) == 0;
-  const MixedTiling t = mixed_tiling(g, nhwc, vectors ? kVector : 1);
+  const BandTiling t = mixed_tiling(g, nhwc, vectors ? kVector : 1);
   const ChannelVectors v = channel_vectors(bias, gn_weight, gn_bias, scale);
   ConvPoolParams p{};
   set_pool_norm_params(p, g, v, eps, clamp_min, clamp_max, out);
@@ -410,16 +450,10 @@ void run_mixed(const at::Tensor& conv_output, const std::optional<at::Tensor>& b
   p.spatial_tiles = static_cast<int>(t.bands);
   p.local_groups = local_groups(g);
   p.ext_w = static_cast<int>(g.pooled_w);
-  at::Tensor extremum = at::empty({g.batch, g.out_channels, g.pooled_h, p.ext_w}, conv.options().dtype(at::kInt));
-  at::Tensor partials =
-      at::empty({g.batch * t.channel_tiles * t.bands * p.local_groups * 4}, conv.options().dtype(at::kFloat));
-  p.extremum = reinterpret_cast<uint32_t*>(extremum.data_ptr<int32_t>());
-  p.partials = reinterpret_cast<float4*>(partials.data_ptr<float>());
+  const Intermediates buffers = make_intermediates(p, g, conv.options());
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const auto grid = static_cast<unsigned>(g.batch * t.channel_tiles * t.bands);
   const auto* data = static_cast<const T*>(conv.const_data_ptr());
-  // Square windows of the common sides get kernels with their loads unrolled (window_summaries); others read the
-  // extents at run time.
   const auto launch_stats = [&](auto pool) {
     constexpr int kPool = decltype(pool)::value;
     if (vectors) {
@@ -434,13 +468,107 @@ void run_mixed(const at::Tensor& conv_output, const std::optional<at::Tensor>& b
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
-  switch (g.pool_h == g.pool_w ? g.pool_h : 0) {
-    case 2: launch_stats(std::integral_constant<int, 2>{}); break;
-    case 3: launch_stats(std::integral_constant<int, 3>{}); break;
-    case 4: launch_stats(std::integral_constant<int, 4>{}); break;
-    default: launch_stats(std::integral_constant<int, 0>{}); break;
-  }
+  with_pool_side(g, launch_stats);
   launch_finalize<T>(p, g, stream);
+}
+
+// The direct kernel (conv2d_group_norm_direct_kernel.cuh) for convolutions of at most kMaxTaps taps: the NHWC stats
+// kernel's split (4 channels a thread where the output channels are whole vectors of 4, else 1) in at most one wave
+// of CTAs where the images allow (then one pass: run_direct), its bands thinned until their staged input rows fit
+// kDirectSmemBytes (images a few thousand pixels wide), under the mixed path's index limits. smem_bytes == 0: it does
+// not apply.
+constexpr int64_t kDirectSmemBytes = 96 * 1024;  // two CTAs an SM (its launch bounds), with their static summaries
+
+struct DirectPlan {
+  int smem_bytes = 0;
+  int vector = 1;
+  BandTiling tiling{};
+  int patch_h = 0, patch_w = 0;  // the staged input rows' extent (the largest band's)
+};
+
+DirectPlan plan_direct_kernel(const ConvGnPoolGeometry& g, FusedChoice choice) {
+  namespace direct = cuda::gn_pool::direct;
+  DirectPlan plan;
+  if (choice != FusedChoice::kAny || g.in_channels * g.kernel_h * g.kernel_w > direct::kMaxTaps || !mixed_fits(g)) {
+    return plan;
+  }
+  plan.vector = g.out_channels % 4 == 0 ? 4 : 1;
+  BandTiling t = band_tiling(g, std::min<int64_t>(g.out_channels, kTileN) / plan.vector, direct::kCtasPerSm, true);
+  // Bounded by the padded input's extents (conv_w = (in_w + 2 pad - span) / stride + 1), so no overflow.
+  const int64_t patch_w = (g.conv_w - 1) * g.stride_w + (g.kernel_w - 1) * g.dilation_w + 1;
+  const auto patch_h = [&](int64_t band_windows) {  // the last band also holds the rows below every window
+    const int64_t conv_rows = std::min(band_windows * g.pool_h + g.conv_h - g.pooled_h * g.pool_h, g.conv_h);
+    return (conv_rows - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h + 1;
+  };
+  const int64_t static_bytes = int64_t{cuda::gn_pool::kThreads} * plan.vector * 3 * 4;  // the kernel's summaries
+  const int64_t limit = std::min(kDirectSmemBytes, cuda::max_shared_memory_per_block() - static_bytes);
+  const auto bytes = [&](int64_t band_windows) {
+    return direct::smem_bytes(g.in_channels, patch_h(band_windows), patch_w);
+  };
+  while (t.band_windows > 1 && bytes(t.band_windows) > limit) t.band_windows = (t.band_windows + 1) / 2;
+  if (bytes(t.band_windows) > limit) return plan;
+  t.bands = cuda::ceil_div<int64_t>(g.pooled_h, t.band_windows);
+  plan.smem_bytes = static_cast<int>(bytes(t.band_windows));
+  plan.tiling = t;
+  plan.patch_h = static_cast<int>(patch_h(t.band_windows));
+  plan.patch_w = static_cast<int>(patch_w);
+  return plan;
+}
+
+// Whether the current device launches cooperative kernels (every CTA of a grid resident at once, a grid barrier).
+bool cooperative_launch_supported() {
+  int supported = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrCooperativeLaunch, c10::cuda::current_device()));
+  return supported != 0;
+}
+
+// The direct kernel into `out`: in one pass where its grid fits on the device at once (a cooperative launch), else
+// followed by finalize_kernel.
+template <typename T>
+void run_direct(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                const std::optional<at::Tensor>& gn_weight, const std::optional<at::Tensor>& gn_bias, double eps,
+                const at::Tensor& scale, std::optional<double> clamp_min, std::optional<double> clamp_max,
+                const ConvGnPoolGeometry& g, const DirectPlan& plan, at::Tensor& out) {
+  const ChannelVectors v = channel_vectors(bias, gn_weight, gn_bias, scale);
+  ConvPoolParams p{};
+  set_pool_norm_params(p, g, v, eps, clamp_min, clamp_max, out);
+  set_conv_params(p, g, input, weight);
+  p.channel_tiles = static_cast<int>(plan.tiling.channel_tiles);
+  p.spatial_tiles = static_cast<int>(plan.tiling.bands);
+  p.local_groups = local_groups(g);
+  p.ext_w = static_cast<int>(g.pooled_w);
+  p.patch_h = plan.patch_h;
+  p.patch_w = plan.patch_w;
+  p.patch_h_div = cuda::FastDivmod(p.patch_h);
+  p.patch_w_div = cuda::FastDivmod(p.patch_w);
+  const Intermediates buffers = make_intermediates(p, g, input.options());
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t grid = g.batch * plan.tiling.channel_tiles * plan.tiling.bands;
+  int band_windows = static_cast<int>(plan.tiling.band_windows);
+  bool one_pass = false;
+  with_pool_side(g, [&](auto pool) {
+    using cuda::gn_pool::direct::conv_pool_direct_kernel;
+    constexpr int kPool = decltype(pool)::value;
+    auto* single = plan.vector == 4 ? conv_pool_direct_kernel<T, kPool, 4, true>
+                                    : conv_pool_direct_kernel<T, kPool, 1, true>;
+    cuda::allow_dynamic_shared_memory(single, plan.smem_bytes);
+    int per_sm = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, single, kThreads, plan.smem_bytes));
+    const bool cooperative = cooperative_launch_supported();
+    one_pass = cooperative && grid <= int64_t{per_sm} * cuda::multiprocessor_count();
+    if (one_pass) {
+      void* args[] = {&p, &band_windows};
+      C10_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(single), dim3(grid), dim3(kThreads),
+                                                 args, plan.smem_bytes, stream));
+      return;
+    }
+    auto* first = plan.vector == 4 ? conv_pool_direct_kernel<T, kPool, 4, false>
+                                   : conv_pool_direct_kernel<T, kPool, 1, false>;
+    cuda::allow_dynamic_shared_memory(first, plan.smem_bytes);
+    first<<<static_cast<unsigned>(grid), kThreads, plan.smem_bytes, stream>>>(p, band_windows);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  if (!one_pass) launch_finalize<T>(p, g, stream);
 }
 
 at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
@@ -459,13 +587,16 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
                        : dtype == at::kBFloat16 ? MmaMode::kBf16
                                                 : MmaMode::kTf32x3;
   const int k_step = mode == MmaMode::kTf32x3 ? 8 : 16;
-  const bool any_fused = dtype != at::kDouble && fused_choice() != FusedChoice::kNone;
+  const cuda::EnvSwitch fused_switch = cuda::env_switch(kFusedSwitch);
+  const FusedChoice choice = dtype == at::kDouble ? FusedChoice::kNone : fused_choice(fused_switch.value);
+  const DirectPlan direct = plan_direct_kernel(g, choice);
+  const bool any_mma = direct.smem_bytes == 0 && choice != FusedChoice::kNone;
   ConvPoolParams p{};
-  const int window_bytes = any_fused ? plan_window_kernel(g, mode, p) : 0;
+  const int window_bytes = any_mma ? plan_window_kernel(g, mode, choice, p) : 0;
   const bool window = window_bytes > 0;
   if (!window) choose_tile(g, p);
-  const int smem_bytes = window ? window_bytes : any_fused ? choose_chunk(g, k_step, p) : 0;
-  const bool fused_applies = smem_bytes != 0 && fits_int32(g, p);
+  const int smem_bytes = window ? window_bytes : any_mma ? choose_chunk(g, k_step, p) : 0;
+  const bool fused_applies = direct.smem_bytes != 0 || (smem_bytes != 0 && fits_int32(g, p));
   const bool mixed_applies = dtype != at::kDouble && mixed_fits(g);
 
   const auto aten = [&] {
@@ -474,8 +605,17 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
   };
   const auto fused = [&] {
     at::Tensor out = empty_output(input, {g.batch, g.out_channels, g.pooled_h, g.pooled_w});
-    run_fused(input, weight, bias, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, p, window, smem_bytes, mode,
-              out);
+    if (direct.smem_bytes == 0) {
+      run_fused(input, weight, bias, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, p, window, smem_bytes,
+                mode, out);
+    } else if (dtype == at::kBFloat16) {
+      run_direct<c10::BFloat16>(input, weight, bias, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, direct,
+                                out);
+    } else if (dtype == at::kHalf) {
+      run_direct<c10::Half>(input, weight, bias, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, direct, out);
+    } else {
+      run_direct<float>(input, weight, bias, gn_weight, gn_bias, eps, scale, clamp_min, clamp_max, g, direct, out);
+    }
     return out;
   };
   // The mixed path with ATen's convolution of `x`: the input, or a channels-last copy of it, on which cuDNN runs its
@@ -495,15 +635,17 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
     }
     return out;
   };
+  // The switches that restrict the kernels are part of the key: a decision made without them is not reused with them.
+  const cuda::EnvSwitch layout_switch = cuda::env_switch(kMixedLayoutSwitch);
   const auto problem_args = [&](const char* name) {
     return cuda::problem_key(name, input, weight, bias, stride, padding, dilation, num_groups, gn_weight, gn_bias, eps,
-                             scale, pool_kernel, clamp_min, clamp_max);
+                             scale, pool_kernel, clamp_min, clamp_max, fused_switch, layout_switch);
   };
   // Which layout the mixed path's convolution runs in: a problem of its own under "auto" (path_choice.cuh,
   // run_in_chosen_layout; CONVOPS_GN_MIXED_LAYOUT=input|channels_last forces one).
   const auto mixed = [&] {
     return cuda::run_in_chosen_layout(
-        problem_args("convops::conv2d_group_norm_scale_max_pool_clamp.mixed_layout"), "CONVOPS_GN_MIXED_LAYOUT",
+        problem_args("convops::conv2d_group_norm_scale_max_pool_clamp.mixed_layout"), kMixedLayoutSwitch,
         [&] { return mixed_on(cuda::channels_last_copy(input)); }, [&] { return mixed_on(input); });
   };
   const auto problem = problem_args("convops::conv2d_group_norm_scale_max_pool_clamp");

@@ -45,7 +45,8 @@ constexpr double kMixedMargin = 0.97;
 constexpr int64_t kHostLeadCycles = 400'000;
 
 // KeyWriter's tags: each argument starts with one, so that arguments of different kinds never read alike.
-constexpr char kTensorTag = 'T', kListTag = 'L', kIntTag = 'I', kDoubleTag = 'D', kNoneTag = '-';
+constexpr char kTensorTag = 'T', kListTag = 'L', kIntTag = 'I', kDoubleTag = 'D', kNoneTag = '-',
+               kSwitchTag = 'S';
 
 // The decision from the paths' times (mixed_ms < 0: no mixed path). The convops side's best is the mixed path where
 // it leads the fused kernel by kMixedMargin, else the fused kernel, and it is taken where it leads ATen by
@@ -217,6 +218,12 @@ void KeyWriter::add(double value) {
   bytes_.push_back('\0');
 }
 
+void KeyWriter::add(const EnvSwitch& set) {
+  put(kSwitchTag);
+  bytes_.append(set.name, std::strlen(set.name) + 1);
+  bytes_.append(set.value, std::strlen(set.value) + 1);
+}
+
 void KeyWriter::add_none() {
   put(kNoneTag);
 }
@@ -241,6 +248,10 @@ void TextWriter::add(int64_t value) {
 
 void TextWriter::add(double value) {
   out_ << ' ' << value;
+}
+
+void TextWriter::add(const EnvSwitch& set) {
+  out_ << ' ' << set.name << '=' << set.value;
 }
 
 void TextWriter::add_none() {

@@ -10,6 +10,7 @@
 #include <c10/util/FunctionRef.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -24,6 +25,18 @@ namespace cuda {
 
 using PathFn = c10::function_ref<at::Tensor()>;
 
+// An environment switch that restricts which kernels a path may run (read each call, for tests and timing): part of
+// a problem's key while it is set, so that a decision timed without it is not reused with it, or the other way round;
+// nothing in the key while it is unset.
+struct EnvSwitch {
+  const char* name;
+  const char* value;  // getenv's, or null
+};
+
+inline EnvSwitch env_switch(const char* name) {
+  return {name, std::getenv(name)};
+}
+
 // Everything that can change which path is faster: the op, each tensor's dtype, sizes, strides and 16-byte
 // alignment, every scalar argument, and whether TF32 is allowed. Two writers see a problem the same way: KeyWriter
 // packs it into the bytes that every call looks up (built into a reused buffer: no stream, no allocation), and
@@ -37,6 +50,7 @@ class KeyWriter {
   void add(at::IntArrayRef values);
   void add(int64_t value);
   void add(double value);
+  void add(const EnvSwitch& set);  // a set switch
   void add_none();
 
  private:
@@ -54,6 +68,7 @@ class TextWriter {
   void add(at::IntArrayRef values);
   void add(int64_t value);
   void add(double value);
+  void add(const EnvSwitch& set);
   void add_none();
   std::string str() const { return out_.str(); }
 
@@ -68,6 +83,11 @@ void write_arg(Writer& w, const T& value) {
   } else {
     w.add(value);
   }
+}
+
+template <typename Writer>
+void write_arg(Writer& w, const EnvSwitch& value) {
+  if (value.value != nullptr) w.add(value);
 }
 
 template <typename Writer, typename T>
