@@ -198,12 +198,19 @@ int plan_window_kernel(const ConvGnPoolGeometry& g, MmaMode mode, FusedChoice ch
 // The kernels index in int where a value is bounded by these (64-bit only where offsets reach tensors): image
 // coordinates (ih = oh * stride - pad + r), channel counts and loop bounds with a CTA's stride added to them. Larger
 // problems take the composite path.
+constexpr int64_t kIntLimit = int64_t{1} << 30;  // leaves headroom for a loop's last increment
+
+// The convolution's extents, which set_conv_params narrows to int (also for the direct kernel).
+bool conv_fits_int32(const ConvGnPoolGeometry& g) {
+  return g.in_h + 2 * g.pad_h < kIntLimit && g.in_w + 2 * g.pad_w < kIntLimit && g.stride_h < kIntLimit &&
+         g.stride_w < kIntLimit && g.dilation_h < kIntLimit && g.dilation_w < kIntLimit &&
+         g.in_channels < kIntLimit && g.out_channels < kIntLimit && g.batch < kIntLimit;
+}
+
 bool fits_int32(const ConvGnPoolGeometry& g, const ConvPoolParams& p) {
-  constexpr int64_t kLimit = int64_t{1} << 30;  // leaves headroom for a loop's last increment
+  constexpr int64_t kLimit = kIntLimit;
   // Factors first, so that no product below overflows int64.
-  return g.in_h + 2 * g.pad_h < kLimit && g.in_w + 2 * g.pad_w < kLimit && g.stride_h < kLimit &&
-         g.stride_w < kLimit && g.dilation_h < kLimit && g.dilation_w < kLimit && g.in_channels < kLimit &&
-         g.out_channels < kLimit && g.batch < kLimit && g.batch * g.num_groups < kLimit &&
+  return conv_fits_int32(g) && g.batch * g.num_groups < kLimit &&
          g.batch * p.spatial_tiles < kLimit && int64_t{p.channel_tiles} * p.spatial_tiles < kLimit &&
          g.pooled_h * g.pooled_w < kLimit &&
          g.out_channels * (g.pooled_h * g.pooled_w) < kLimit &&
@@ -489,21 +496,25 @@ struct DirectPlan {
 DirectPlan plan_direct_kernel(const ConvGnPoolGeometry& g, FusedChoice choice) {
   namespace direct = cuda::gn_pool::direct;
   DirectPlan plan;
-  if (choice != FusedChoice::kAny || g.in_channels * g.kernel_h * g.kernel_w > direct::kMaxTaps || !mixed_fits(g)) {
+  if (choice != FusedChoice::kAny || g.in_channels * g.kernel_h * g.kernel_w > direct::kMaxTaps ||
+      !conv_fits_int32(g) || !mixed_fits(g)) {
     return plan;
   }
   plan.vector = g.out_channels % 4 == 0 ? 4 : 1;
   BandTiling t = band_tiling(g, std::min<int64_t>(g.out_channels, kTileN) / plan.vector, direct::kCtasPerSm, true);
-  // Bounded by the padded input's extents (conv_w = (in_w + 2 pad - span) / stride + 1), so no overflow.
+  // At most the padded input's extents (conv_w = (in_w + 2 pad - span) / stride + 1), so below 2^30 (conv_fits_int32),
+  // and their product is formed only for extents under the byte limit's (no int64 overflow).
   const int64_t patch_w = (g.conv_w - 1) * g.stride_w + (g.kernel_w - 1) * g.dilation_w + 1;
   const auto patch_h = [&](int64_t band_windows) {  // the last band also holds the rows below every window
     const int64_t conv_rows = std::min(band_windows * g.pool_h + g.conv_h - g.pooled_h * g.pool_h, g.conv_h);
     return (conv_rows - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h + 1;
   };
-  const int64_t static_bytes = int64_t{cuda::gn_pool::kThreads} * plan.vector * 3 * 4;  // the kernel's summaries
+  // The kernel's static arrays: its summaries, and the one pass's groups' (mean, rstd).
+  const int64_t static_bytes = int64_t{kThreads} * plan.vector * 3 * 4 + (kTileN + 1) * 8;
   const int64_t limit = std::min(kDirectSmemBytes, cuda::max_shared_memory_per_block() - static_bytes);
   const auto bytes = [&](int64_t band_windows) {
-    return direct::smem_bytes(g.in_channels, patch_h(band_windows), patch_w);
+    const int64_t rows = patch_h(band_windows);
+    return rows > limit || patch_w > limit ? INT64_MAX : direct::smem_bytes(g.in_channels, rows, patch_w);
   };
   while (t.band_windows > 1 && bytes(t.band_windows) > limit) t.band_windows = (t.band_windows + 1) / 2;
   if (bytes(t.band_windows) > limit) return plan;
@@ -558,9 +569,15 @@ void run_direct(const at::Tensor& input, const at::Tensor& weight, const std::op
     one_pass = cooperative && grid <= int64_t{per_sm} * cuda::multiprocessor_count();
     if (one_pass) {
       void* args[] = {&p, &band_windows};
-      C10_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(single), dim3(grid), dim3(kThreads),
-                                                 args, plan.smem_bytes, stream));
-      return;
+      const cudaError_t launched = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(single), dim3(grid),
+                                                               dim3(kThreads), args, plan.smem_bytes, stream);
+      if (launched != cudaErrorCooperativeLaunchTooLarge) {
+        C10_CUDA_CHECK(launched);
+        return;
+      }
+      // Fewer SMs than the occupancy query assumed (a partitioned device): two passes instead.
+      (void)cudaGetLastError();
+      one_pass = false;
     }
     auto* first = plan.vector == 4 ? conv_pool_direct_kernel<T, kPool, 4, false>
                                    : conv_pool_direct_kernel<T, kPool, 1, false>;
