@@ -267,6 +267,18 @@ def test_cuda_direct_kernel_shapes(case, dtype, layout):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_whole_channel_tiles_keep_the_window_kernel_in_16_bit(dtype):
+    """3 channels in (27 taps), 64 out, 4 x 4 windows: 16-bit keeps the window kernel (its bf16 MMAs on a whole
+    64-channel tile beat the direct kernel's FMAs), fp32 takes the direct kernel (the window kernel's 3xTF32 does not)."""
+    case = (2, 3, 21, 22, 64, (3, 3), (1, 1), (1, 1), (1, 1), True, 16, (4, 4), (0.0, 1.0), (64, 1, 1), True)
+    with allow_tf32(False):
+        ran = cuda_kernels_run(lambda: check_against_reference(case, dtype, "cuda", "contiguous"))
+    kernel = DIRECT_KERNEL if dtype == torch.float32 else "conv_pool_window_kernel"
+    assert any(kernel in name for name in ran), ran
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("tf32", [True, False])
 def test_cuda_mixed_path_matches_eager_in_its_precision_mode(monkeypatch, tf32):
     """The seed block on 4 images: the mixed path's convolution is eager's (TF32 where the flag allows it), so its

@@ -606,11 +606,15 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
   const int k_step = mode == MmaMode::kTf32x3 ? 8 : 16;
   const cuda::EnvSwitch fused_switch = cuda::env_switch(kFusedSwitch);
   const FusedChoice choice = dtype == at::kDouble ? FusedChoice::kNone : fused_choice(fused_switch.value);
-  const DirectPlan direct = plan_direct_kernel(g, choice);
-  const bool any_mma = direct.smem_bytes == 0 && choice != FusedChoice::kNone;
   ConvPoolParams p{};
-  const int window_bytes = any_mma ? plan_window_kernel(g, mode, choice, p) : 0;
-  const bool window = window_bytes > 0;
+  const int window_bytes = choice != FusedChoice::kNone ? plan_window_kernel(g, mode, choice, p) : 0;
+  // 16-bit problems that the window kernel takes in whole 64-channel tiles keep it over the direct kernel: its MMAs
+  // then waste little (3 channels in, 64 out, 4 x 4 windows in bf16: 0.0516 against 0.0640 ms; with 16 outputs the
+  // direct kernel led 0.0332 against 0.0528; H200, 2026-11-28, tools/probe/gn_direct_kernel.py).
+  const bool window_preferred = window_bytes > 0 && mode != MmaMode::kTf32x3 && g.out_channels % kTileN == 0;
+  const DirectPlan direct = window_preferred ? DirectPlan{} : plan_direct_kernel(g, choice);
+  const bool any_mma = direct.smem_bytes == 0 && choice != FusedChoice::kNone;
+  const bool window = any_mma && window_bytes > 0;
   if (!window) choose_tile(g, p);
   const int smem_bytes = window ? window_bytes : any_mma ? choose_chunk(g, k_step, p) : 0;
   const bool fused_applies = direct.smem_bytes != 0 || (smem_bytes != 0 && fits_int32(g, p));
