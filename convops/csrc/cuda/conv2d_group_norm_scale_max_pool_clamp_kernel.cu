@@ -10,8 +10,9 @@
 //   2. finalize_kernel: merges the moments per (image, group) and writes affine + clamp of each window's value.
 // Signs are read on the device, so nothing waits on the host. Under the path choice (cuda/path_choice.cuh) the op
 // runs one of:
-//   - "convops": those two kernels where they apply (the direct kernel for convolutions of few taps, else the window
-//     kernel, else the tile kernel), else the mixed path;
+//   - "convops": those two kernels where they apply (the direct kernel for convolutions of few taps but where a
+//     16-bit problem fills the window kernel's tiles, else the window kernel, else the tile kernel), else the mixed
+//     path;
 //   - "mixed": ATen's convolution (eager's own, without its bias, which the stats kernels add), then
 //     pool_stats_from_conv_kernel or its NHWC twin (conv2d_group_norm_epilogue_kernel.cuh) in place of kernel 1: one
 //     read of the convolution output, and the same finalize_kernel;
@@ -145,8 +146,8 @@ void set_divisors(ConvPoolParams& p) {
 }
 
 // Which fused kernels may run (CONVOPS_GN_KERNEL, read each call and part of the problem's key; for tests and for
-// timing the kernels and paths against each other). Normally the direct kernel where it applies, else the window
-// kernel, else the tile kernel; =mma leaves the direct kernel out (the tensor-core kernels), =tile the window kernel
+// timing the kernels and paths against each other). Normally the direct kernel where it applies (see
+// window_preferred), else the window kernel, else the tile kernel; =mma leaves the direct kernel out (the tensor-core kernels), =tile the window kernel
 // too, =none all three, so that the convops path is the mixed one.
 constexpr const char* kFusedSwitch = "CONVOPS_GN_KERNEL";
 // The mixed path's convolution layout, forced (path_choice.cuh, layout_for): input or channels_last.
@@ -509,8 +510,9 @@ DirectPlan plan_direct_kernel(const ConvGnPoolGeometry& g, FusedChoice choice) {
     const int64_t conv_rows = std::min(band_windows * g.pool_h + g.conv_h - g.pooled_h * g.pool_h, g.conv_h);
     return (conv_rows - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h + 1;
   };
-  // The kernel's static arrays: its summaries, and the one pass's groups' (mean, rstd).
-  const int64_t static_bytes = int64_t{kThreads} * plan.vector * 3 * 4 + (kTileN + 1) * 8;
+  // The kernel's static arrays: its summaries and the one pass's groups' (mean, rstd), rounded up to 16 bytes as ptxas
+  // lays them out (12,816 bytes for 4 channels a thread, 3,600 for 1).
+  const int64_t static_bytes = (int64_t{kThreads} * plan.vector * 3 * 4 + (kTileN + 1) * 8 + 15) / 16 * 16;
   const int64_t limit = std::min(kDirectSmemBytes, cuda::max_shared_memory_per_block() - static_bytes);
   const auto bytes = [&](int64_t band_windows) {
     const int64_t rows = patch_h(band_windows);
@@ -608,10 +610,13 @@ at::Tensor conv2d_group_norm_scale_max_pool_clamp_cuda(
   const FusedChoice choice = dtype == at::kDouble ? FusedChoice::kNone : fused_choice(fused_switch.value);
   ConvPoolParams p{};
   const int window_bytes = choice != FusedChoice::kNone ? plan_window_kernel(g, mode, choice, p) : 0;
-  // 16-bit problems that the window kernel takes in whole 64-channel tiles keep it over the direct kernel: its MMAs
-  // then waste little (3 channels in, 64 out, 4 x 4 windows in bf16: 0.0516 against 0.0640 ms; with 16 outputs the
-  // direct kernel led 0.0332 against 0.0528; H200, 2026-11-28, tools/probe/gn_direct_kernel.py).
-  const bool window_preferred = window_bytes > 0 && mode != MmaMode::kTf32x3 && g.out_channels % kTileN == 0;
+  // 16-bit problems that the window kernel takes in whole 64-channel tiles, on 3 or more input channels (the K it
+  // pads to 8 channels) and 4 x 4 windows, keep it over the direct kernel: its MMAs then waste little (3 channels in,
+  // 64 out in bf16: 0.0516 against 0.0640 ms; with 16 outputs the direct kernel led 0.0332 against 0.0528; H200,
+  // 2026-11-28, tools/probe/gn_direct_kernel.py). Only where measured: fewer input channels, 2 x 2 windows and other
+  // channel counts are not, and stay on the direct kernel.
+  const bool window_preferred = window_bytes > 0 && mode != MmaMode::kTf32x3 && g.out_channels % kTileN == 0 &&
+                                g.in_channels >= 3 && g.pool_h == 4;
   const DirectPlan direct = window_preferred ? DirectPlan{} : plan_direct_kernel(g, choice);
   const bool any_mma = direct.smem_bytes == 0 && choice != FusedChoice::kNone;
   const bool window = any_mma && window_bytes > 0;
