@@ -270,7 +270,8 @@ def test_cuda_direct_kernel_shapes(case, dtype, layout):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_whole_channel_tiles_keep_the_window_kernel_in_16_bit(dtype):
     """3 channels in (27 taps), 64 out, 4 x 4 windows: 16-bit keeps the window kernel (its bf16 MMAs on a whole
-    64-channel tile beat the direct kernel's FMAs), fp32 takes the direct kernel (the window kernel's 3xTF32 does not)."""
+    64-channel tile beat the direct kernel's FMAs), fp32 takes the direct kernel (the window kernel's 3xTF32 does
+    not)."""
     case = (2, 3, 21, 22, 64, (3, 3), (1, 1), (1, 1), (1, 1), True, 16, (4, 4), (0.0, 1.0), (64, 1, 1), True)
     with allow_tf32(False):
         ran = cuda_kernels_run(lambda: check_against_reference(case, dtype, "cuda", "contiguous"))

@@ -111,8 +111,9 @@ __device__ __forceinline__ void stage_input(const ConvPoolParams& p, const epilo
 
 // One CTA: image b.n, channels [b.c_first, b.c_end), band b.band of band_windows pool-window rows (the last band also
 // the rows below every window). Shared memory (dynamic, smem_bytes(C_in, p.patch_h, p.patch_w)): the tile's weights
-// as floats [tap][kTileN] (a lane's V channels one aligned vector), each tap's byte offset in the staged input, then the
-// band's input rows [channel][p.patch_h][p.patch_w] from input row first_row * stride_h - pad_h and column -pad_w.
+// as floats [tap][kTileN] (a lane's V channels one aligned vector), each tap's byte offset in the staged input, then
+// the band's input rows [channel][p.patch_h][p.patch_w] from input row first_row * stride_h - pad_h and column
+// -pad_w.
 // kOnePass: launched cooperatively (every CTA resident at once), it also writes the output (see the top).
 template <typename T, int kPool, int V, bool kOnePass>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)

@@ -147,8 +147,8 @@ void set_divisors(ConvPoolParams& p) {
 
 // Which fused kernels may run (CONVOPS_GN_KERNEL, read each call and part of the problem's key; for tests and for
 // timing the kernels and paths against each other). Normally the direct kernel where it applies (see
-// window_preferred), else the window kernel, else the tile kernel; =mma leaves the direct kernel out (the tensor-core kernels), =tile the window kernel
-// too, =none all three, so that the convops path is the mixed one.
+// window_preferred), else the window kernel, else the tile kernel; =mma leaves the direct kernel out (the tensor-core
+// kernels), =tile the window kernel too, =none all three, so that the convops path is the mixed one.
 constexpr const char* kFusedSwitch = "CONVOPS_GN_KERNEL";
 // The mixed path's convolution layout, forced (path_choice.cuh, layout_for): input or channels_last.
 constexpr const char* kMixedLayoutSwitch = "CONVOPS_GN_MIXED_LAYOUT";
