@@ -105,9 +105,25 @@ __device__ __forceinline__ float affine_sign(float gamma, float s) {
   return isinf(gamma) ? 0.f : gamma * s >= 0.f ? 1.f : -1.f;
 }
 
+// Channel c's GroupNorm weight (1 without one), GroupNorm bias (0 without one) and scale.
+template <typename T>
+__device__ __forceinline__ float norm_weight(const ConvPoolParams& p, int c) {
+  return p.gamma ? load_float<T>(p.gamma, c) : 1.f;
+}
+
+template <typename T>
+__device__ __forceinline__ float norm_bias(const ConvPoolParams& p, int c) {
+  return p.beta ? load_float<T>(p.beta, c) : 0.f;
+}
+
+template <typename T>
+__device__ __forceinline__ float channel_scale(const ConvPoolParams& p, int c) {
+  return load_float<T>(p.scale, p.scale_per_channel ? c : 0);
+}
+
 template <typename T>
 __device__ __forceinline__ float affine_sign(const ConvPoolParams& p, int c) {
-  return affine_sign(p.gamma ? load_float<T>(p.gamma, c) : 1.f, load_float<T>(p.scale, p.scale_per_channel ? c : 0));
+  return affine_sign(norm_weight<T>(p, c), channel_scale<T>(p, c));
 }
 
 // Channel c's conv bias (0 without one).

@@ -159,9 +159,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       return value[0][0];
     };
     for (int i = row; i < b.windows; i += rows) {
-      int q;
-      const int wc = p.pooled_w_div.divmod(i, q);
-      const int wr = b.first_window_row + q, oh = wr * p.pool_h, ow = wc * p.pool_w;
+      int wr;
+      const int wc = b.window(p, i, wr), oh = wr * p.pool_h, ow = wc * p.pool_w;
       uint32_t code[V];
       if constexpr (kPool > 0) {
         AlignedVector<float, V> values[kPool][kPool];
@@ -202,16 +201,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       float2 stats[V];
 #pragma unroll
       for (int v = 0; v < V; ++v) {
-        gamma[v] = p.gamma ? load_float<T>(p.gamma, c + v) : 1.f;
-        beta[v] = p.beta ? load_float<T>(p.beta, c + v) : 0.f;
-        scale[v] = load_float<T>(p.scale, p.scale_per_channel ? c + v : 0);
+        gamma[v] = norm_weight<T>(p, c + v);
+        beta[v] = norm_bias<T>(p, c + v);
+        scale[v] = channel_scale<T>(p, c + v);
         stats[v] = group_stats[(c + v) / cpg - first_group];
       }
       T* out = static_cast<T*>(p.output);
       for (int i = row; i < b.windows; i += rows) {
-        int q;
-        const int wc = p.pooled_w_div.divmod(i, q);
-        const int wr = b.first_window_row + q;
+        int wr;
+        const int wc = b.window(p, i, wr);
 #pragma unroll
         for (int v = 0; v < V; ++v) {
           const uint32_t code = *epilogue::extremum_at(p, b.n, c + v, wr, wc);

@@ -60,6 +60,14 @@ struct Band {
     bottom_cells = band == p.spatial_tiles - 1 ? (p.conv_h - pooled_rows) * p.conv_w : 0;
   }
 
+  // The band's window number i (< windows), row-major: returns its column and sets wr to its row.
+  __device__ __forceinline__ int window(const ConvPoolParams& p, int i, int& wr) const {
+    int q;
+    const int wc = p.pooled_w_div.divmod(i, q);
+    wr = first_window_row + q;
+    return wc;
+  }
+
   // The offset (in rows of `row` elements and columns of `col`) of the cell right of the band's windows numbered
   // `cell` (< tail_cells).
   __device__ __forceinline__ int64_t tail_cell(int cell, int64_t row, int64_t col) const {
@@ -306,9 +314,8 @@ __global__ void __launch_bounds__(kThreads, V > 1 ? kVectorCtasPerSm : kCtasPerS
 #pragma unroll
     for (int v = 0; v < V; ++v) sign[v] = affine_sign<T>(p, c + v), bias[v] = conv_bias<T>(p, c + v);
     for (int i = row; i < b.windows; i += rows) {
-      int q;
-      const int wc = p.pooled_w_div.divmod(i, q);
-      const int wr = b.first_window_row + q;
+      int wr;
+      const int wc = b.window(p, i, wr);
       const T* win = image + static_cast<int64_t>(wr) * p.pool_h * row_stride +
                      static_cast<int64_t>(wc) * p.pool_w * pixel_stride;
       uint32_t code[V];

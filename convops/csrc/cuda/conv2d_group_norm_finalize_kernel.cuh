@@ -76,9 +76,9 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(const ConvPoolParams
   const auto load_parameters = [&](int chunk) {
     const int c = c_begin + chunk + tid;
     if (chunk + tid < cpg) {
-      s_gamma[tid] = p.gamma ? load_float<T>(p.gamma, c) : 1.f;
-      s_beta[tid] = p.beta ? load_float<T>(p.beta, c) : 0.f;
-      s_scale[tid] = load_float<T>(p.scale, p.scale_per_channel ? c : 0);
+      s_gamma[tid] = norm_weight<T>(p, c);
+      s_beta[tid] = norm_bias<T>(p, c);
+      s_scale[tid] = channel_scale<T>(p, c);
     }
   };
   load_parameters(0);
