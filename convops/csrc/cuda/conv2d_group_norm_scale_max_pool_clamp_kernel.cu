@@ -222,8 +222,7 @@ bool fits_int32(const ConvGnPoolGeometry& g, const ConvPoolParams& p) {
 // tile) items.
 template <typename Kernel>
 dim3 persistent_grid(Kernel kernel, int threads, const ConvPoolParams& p, int64_t batch, int smem_bytes) {
-  int per_sm = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes));
+  const int per_sm = cuda::blocks_per_sm(kernel, threads, smem_bytes);
   const int64_t items = batch * p.spatial_tiles;
   const int64_t resident =
       std::max<int64_t>(1, static_cast<int64_t>(cuda::multiprocessor_count()) * std::max(per_sm, 1) /
@@ -528,13 +527,6 @@ DirectPlan plan_direct_kernel(const ConvGnPoolGeometry& g, FusedChoice choice) {
   return plan;
 }
 
-// Whether the current device launches cooperative kernels (every CTA of a grid resident at once, a grid barrier).
-bool cooperative_launch_supported() {
-  int supported = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrCooperativeLaunch, c10::cuda::current_device()));
-  return supported != 0;
-}
-
 // The direct kernel into `out`: in one pass where its grid fits on the device at once (a cooperative launch), else
 // followed by finalize_kernel.
 template <typename T>
@@ -565,10 +557,10 @@ void run_direct(const at::Tensor& input, const at::Tensor& weight, const std::op
     auto* single = plan.vector == 4 ? conv_pool_direct_kernel<T, kPool, 4, true>
                                     : conv_pool_direct_kernel<T, kPool, 1, true>;
     cuda::allow_dynamic_shared_memory(single, plan.smem_bytes);
-    int per_sm = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, single, kThreads, plan.smem_bytes));
-    const bool cooperative = cooperative_launch_supported();
-    one_pass = cooperative && grid <= int64_t{per_sm} * cuda::multiprocessor_count();
+    // A cooperative launch: every CTA of the grid resident at once, so that its grid barrier cannot wait forever.
+    const bool cooperative = cuda::device_attribute<cudaDevAttrCooperativeLaunch>() != 0;
+    one_pass = cooperative &&
+               grid <= int64_t{cuda::blocks_per_sm(single, kThreads, plan.smem_bytes)} * cuda::multiprocessor_count();
     if (one_pass) {
       void* args[] = {&p, &band_windows};
       const cudaError_t launched = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(single), dim3(grid),

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 namespace convops {
@@ -55,6 +56,23 @@ void allow_dynamic_shared_memory(Kernel kernel, int bytes) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     current = bytes;
   }
+}
+
+// How many blocks of `threads` threads and `smem_bytes` of dynamic shared memory of `kernel` fit on one SM of the
+// current device, asked of the occupancy calculator once per (kernel, device, block shape).
+template <typename Kernel>
+int blocks_per_sm(Kernel kernel, int threads, int smem_bytes) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int, int>, int> known;  // (kernel, device, threads, bytes) -> blocks
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), device, threads, smem_bytes);
+  if (const auto found = known.find(key); found != known.end()) return found->second;
+  int blocks = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem_bytes));
+  known.emplace(key, blocks);
+  return blocks;
 }
 
 }  // namespace cuda
