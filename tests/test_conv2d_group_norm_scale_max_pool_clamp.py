@@ -256,11 +256,13 @@ DIRECT_IDS = ["tiles", "stride2", "dilated_pool4", "runtime_pool", "bands", "thi
 @pytest.mark.parametrize("case", DIRECT_CASES, ids=DIRECT_IDS)
 def test_cuda_direct_kernel_shapes(case, dtype, layout):
     """The direct kernel against the float64 chain, its output poisoned first, in every dtype and input layout; it
-    ran (4 channels a thread where the channels are whole vectors of 4) in one pass, or in two with finalize_kernel
-    where its CTAs do not fit on the device at once (as the list above expects of a 132-SM H100 / H200)."""
+    ran (8 or 4 channels a thread where the channels are whole vectors of them) in one pass, or in two with
+    finalize_kernel where its CTAs do not fit on the device at once (as the list above expects of a 132-SM H100 /
+    H200)."""
     with allow_tf32(False):
         ran = cuda_kernels_run(lambda: check_against_reference(case, dtype, "cuda", layout))
-    vector = 4 if case[4] % 4 == 0 else 1
+    # 8 channels a thread on 2 x 2 windows where they are whole vectors of 8, else 4, else 1.
+    vector = 8 if case[11] == (2, 2) and case[4] % 8 == 0 else 4 if case[4] % 4 == 0 else 1
     one_pass = DIRECT_IDS[DIRECT_CASES.index(case)] not in ("thinned", "two_pass")
     assert any(re.search(rf"{DIRECT_KERNEL}<.*\b{vector}, {str(one_pass).lower()}>", name) for name in ran), ran
     assert any("finalize_kernel" in name for name in ran) != one_pass, ran

@@ -118,7 +118,7 @@ __device__ __forceinline__ void stage_input(const ConvPoolParams& p, const epilo
 template <typename T, int kPool, int V, bool kOnePass>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     conv_pool_direct_kernel(const ConvPoolParams p, int band_windows) {
-  extern __shared__ __align__(16) float smem[];
+  extern __shared__ __align__(32) float smem[];  // 8 channels' weights are one 32-byte vector
   __shared__ float summaries[kThreads * V][3];
   float* s_weight = smem;
   int* s_tap = reinterpret_cast<int*>(smem + kWeightFloats);
